@@ -1,0 +1,98 @@
+"""Link profile: one description of a network path, read by the simulator's links and by the
+live emulation backends alike. Times in ms, rates in Gbit/s, probabilities as fractions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from pddbench.errors import InputError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class Jitter(BaseModel):
+    model_config = {"extra": "forbid"}
+    distribution: Literal["none", "normal", "uniform", "pareto", "lognormal", "empirical"] = "none"
+    sd_ms: float = Field(0.0, ge=0, description="spread: sd (normal/lognormal), half-width (uniform), scale (pareto)")
+    pareto_shape: float = Field(2.5, gt=1)
+    samples_ms: list[float] = Field(default_factory=list, description="offsets for 'empirical'")
+    reorder: bool = Field(False, description="packets may overtake (netem semantics); off = FIFO release")
+
+
+class Loss(BaseModel):
+    model_config = {"extra": "forbid"}
+    model: Literal["none", "bernoulli", "gilbert_elliott"] = "none"
+    p: float = Field(0.0, ge=0, le=1, description="bernoulli loss, or GE good->bad transition")
+    r: float = Field(1.0, ge=0, le=1, description="GE bad->good transition")
+    loss_good: float = Field(0.0, ge=0, le=1)
+    loss_bad: float = Field(1.0, ge=0, le=1)
+
+
+class Outages(BaseModel):
+    """Link stalls: packets (or transfers) held for a heavy-tailed time."""
+    model_config = {"extra": "forbid"}
+    rate_per_s: float = Field(0.0, ge=0, description="mean stall starts per second (Poisson)")
+    min_ms: float = Field(1000.0, ge=0, description="pareto scale: the shortest stall")
+    pareto_shape: float = Field(1.5, gt=0)
+    max_ms: float = Field(20000.0, ge=0)
+
+
+class Direction(BaseModel):
+    """What may differ per direction; unset fields take the profile's values."""
+    model_config = {"extra": "forbid"}
+    delay_ms: float | None = Field(None, ge=0)
+    rate_gbps: float | None = Field(None, gt=0)
+    loss: Loss | None = None
+
+
+class LinkProfile(BaseModel):
+    model_config = {"extra": "forbid"}
+    name: str = "link"
+    description: str = ""
+    delay_ms: float = Field(0.0, ge=0, description="one-way base delay")
+    jitter: Jitter = Field(default_factory=Jitter)
+    loss: Loss = Field(default_factory=Loss)
+    rate_gbps: float | None = Field(None, gt=0, description="bottleneck rate; None = unlimited")
+    queue_limit_packets: int = Field(10000, ge=1)
+    outages: Outages = Field(default_factory=Outages)
+    transfer_latency_ms: list[float] = Field(
+        default_factory=list,
+        description="replayed per-transfer latencies (cycled); when set, a transfer takes exactly these")
+    forward: Direction = Field(default_factory=Direction, description="dc-a -> dc-b overrides")
+    reverse: Direction = Field(default_factory=Direction, description="dc-b -> dc-a overrides")
+    rate_scale: float = Field(1.0, gt=0, description="k: emulated rate = rate_gbps / k (recorded)")
+    lateness_tolerance_ms: float = Field(5.0, ge=0, description="emulator lateness p99 above this marks a run invalid")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "LinkProfile":
+        if self.jitter.distribution == "empirical" and not self.jitter.samples_ms:
+            raise ValueError("jitter.distribution 'empirical' needs jitter.samples_ms")
+        return self
+
+    @property
+    def rate_bytes_per_ms(self) -> float | None:
+        return None if self.rate_gbps is None else self.rate_gbps * 1e9 / 8 / 1000
+
+
+def load_profile(ref: str | Path) -> LinkProfile:
+    """A profile by shipped name (e.g. 'fixed-30ms') or by YAML path."""
+    path = Path(ref)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{ref}.yaml"
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
+        raise InputError(str(ref), f"no such link profile (shipped: {names})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data.setdefault("name", path.stem)
+        return LinkProfile.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise InputError(str(path), f"is not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(str(path), err["msg"], field=".".join(map(str, err["loc"]))) from None

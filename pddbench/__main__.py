@@ -1,0 +1,3 @@
+from pddbench.cli import main
+
+main()

@@ -1,0 +1,3 @@
+from pddbench.cache.prefix_cache import PrefixCache
+
+__all__ = ["PrefixCache"]

@@ -1,0 +1,128 @@
+"""pddbench command line: parse, call, report. Logic lives in the modules it calls."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from pddbench.errors import UserError
+
+app = typer.Typer(
+    help="Benchmark and simulate cross-datacenter PDD (Prefill -> RelayDecode -> MainDecode) LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+trace_app = typer.Typer(help="Analyse and generate request traces (Mooncake JSONL).", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+console = Console(stderr=True)
+
+
+def _parse_hist(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"--target-hist '{text}': expected 7 comma-separated fractions, "
+                        "e.g. 0.10,0.03,0.07,0.15,0.15,0.20,0.30") from None
+
+
+@trace_app.command("stats")
+def trace_stats_cmd(
+    file: Path = typer.Argument(..., help="Trace file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids)."),
+    block_size: int = typer.Option(512, "--block-size", min=1, help="Tokens per hash block."),
+    cache_blocks: Optional[int] = typer.Option(
+        None, "--cache-blocks", min=0, help="Replay through an LRU prefix cache of N blocks instead of the ideal (infinite) cache."),
+    window_s: float = typer.Option(60.0, "--window-s", min=0.001, help="Window for the bucket mix over time."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for stats.json and figures (bucket mix over time, hit-rate CDF)."),
+) -> None:
+    """Sizes, arrival rate, per-request prefix hit rate and its 7-bucket histogram (0-90 ... 99-100%)."""
+    from pddbench.workload.stats import public, trace_stats
+    from pddbench.workload.trace import load_trace
+
+    requests = load_trace(file, block_size)
+    stats = trace_stats(requests, block_size, cache_blocks, window_s)
+    pub = public(stats)
+    pub["trace"] = str(file)
+    if out is not None:
+        from pddbench.io import write_json
+        from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
+
+        write_json(out / "stats.json", pub)
+        bucket_mix_over_time(stats, out / "hit_mix_over_time.png")
+        hit_rate_cdf(stats["_per_request_hit_rate"], out / "hit_rate_cdf.png", label=file.stem)
+    if as_json:
+        print(json.dumps(pub, sort_keys=True))
+    else:
+        from pddbench.report.tables import print_trace_stats
+
+        print_trace_stats(pub)
+        if out is not None:
+            console.print(f"wrote {out}/stats.json, hit_mix_over_time.png, hit_rate_cdf.png")
+
+
+@trace_app.command("synth")
+def trace_synth_cmd(
+    requests: int = typer.Option(1000, "--requests", min=1, help="Number of requests."),
+    seed: int = typer.Option(0, "--seed", help="Seed; the same seed gives the same bytes."),
+    target_hist: str = typer.Option(
+        "0.10,0.03,0.07,0.15,0.15,0.20,0.30", "--target-hist",
+        help="Fractions for the hit buckets 0-90,90-93,93-95,95-97,97-98,98-99,99-100%. "
+             "PDD-like is the default; Mooncake-like: 0.58,0.03,0.02,0.07,0.07,0.09,0.14."),
+    rate_rps: float = typer.Option(4.0, "--rate-rps", min=0.0001, help="Mean arrival rate (requests/s)."),
+    singular_share: float = typer.Option(0.035, "--singular-share", min=0.0, max=1.0,
+                                         help="Share of singular flows (very long input, very short output)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output JSONL (default: stdout)."),
+) -> None:
+    """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
+    from pydantic import ValidationError
+
+    from pddbench.workload.synth import SynthConfig, synthesize
+    from pddbench.workload.trace import write_trace
+
+    try:
+        cfg = SynthConfig(requests=requests, seed=seed, target_hist=_parse_hist(target_hist),
+                          rate_rps=rate_rps, singular_share=singular_share)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}") from None
+    reqs = synthesize(cfg)
+    if out is None:
+        for r in reqs:
+            sys.stdout.write(r.to_json() + "\n")
+    else:
+        write_trace(out, reqs)
+        console.print(f"wrote {len(reqs)} requests to {out}")
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),
+) -> None:
+    """The main job: analyse the shipped and generated traces, simulate the paper's deployments
+    and compare them; writes figures and JSON into a new run folder."""
+    from pddbench.reproduce import reproduce
+
+    out = reproduce(results)
+    console.print(f"[green]done[/]: open {out}")
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]; partial output was not written")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Metrics: one definition per metric, shared by the simulator and live runs (docs/metrics.md)."""

@@ -1,0 +1,69 @@
+"""The one per-request record schema, written by the simulator and by live runs alike.
+
+Times are ms from run start. Everything downstream (summaries, goodput, plots, gates) reads only
+these records. See docs/metrics.md for each field's meaning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from pddbench.io import atomic_path
+
+# name -> pandas dtype; the order is the column order on disk.
+RECORD_FIELDS: dict[str, str] = {
+    "request_id": "int64",
+    "session_id": "int64",          # -1 when the trace has none
+    "turn": "int64",                # -1 when the trace has none
+    "arrival_ms": "float64",
+    "input_tokens": "int64",
+    "output_tokens": "int64",
+    "p_cached_tokens": "int64",     # prompt tokens that hit the prefill-side prefix cache
+    "decode_cached_tokens": "int64",  # prompt tokens already on the decode side (D or MD)
+    "pipeline": "string",           # p_d | p_md | p_rld_md | p_rld (ablation) | colocated
+    "handoff_mode": "string",       # none | one_shot | catch_up | relay_finish
+    "prefill_start_ms": "float64",
+    "prefill_end_ms": "float64",
+    "first_token_ms": "float64",
+    "finish_ms": "float64",
+    "ttft_ms": "float64",
+    "e2e_ms": "float64",
+    "tpot_ms": "float64",           # NaN when output_tokens < 2
+    "max_itl_ms": "float64",
+    "kv_wait_ms": "float64",        # prefill end -> the decoder holding the KV it starts from
+    "wan_kv_ms": "float64",         # WAN KV transfer time (NaN when none crossed)
+    "relay_tokens": "int64",        # tokens produced by the relay decoder (eager tokens)
+    "main_tokens": "int64",         # tokens produced by D / MD
+    "handoff_ms": "float64",        # first handoff message sent -> MD produces its first token
+    "handoff_stall_ms": "float64",  # largest inter-token gap around the handoff (the stall felt)
+    "relay_busy_ms": "float64",     # how long the request occupied a relay decoder
+    "rdma_kv_bytes": "int64",
+    "wan_kv_bytes": "int64",
+    "wan_token_id_bytes": "int64",
+    "wan_kv_bytes_saved": "int64",  # KV bytes not sent because a transfer was aborted
+    "transfer_aborted": "bool",
+    "singular_flow": "bool",
+    "failed": "bool",
+    "failure_reason": "string",     # "" when the request completed
+}
+
+
+def to_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows (dicts with every field) -> a frame with the schema's columns and dtypes."""
+    df = pd.DataFrame(rows, columns=list(RECORD_FIELDS))
+    missing = [c for c in RECORD_FIELDS if df[c].isna().all() and len(df) and RECORD_FIELDS[c] in ("int64", "bool", "string")]
+    if missing:
+        raise ValueError(f"records lack required fields: {missing}")
+    return df.astype(RECORD_FIELDS)
+
+
+def write_records(path: str | Path, df: pd.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False, engine="pyarrow")
+
+
+def read_records(path: str | Path) -> pd.DataFrame:
+    df = pd.read_parquet(path, engine="pyarrow")
+    return df.astype({c: t for c, t in RECORD_FIELDS.items() if c in df.columns})

@@ -1,0 +1,215 @@
+"""Scenario schema: one pydantic model validates YAML files and `--set dotted.path=value` overrides.
+
+A scenario names the workload, model, chips, deployment, network, policy, SLA and seed. The
+resolved scenario (after overrides) is saved with every run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from netem.profile import LinkProfile, load_profile
+from pddbench.errors import InputError, UserError
+from pddbench.workload.synth import SynthConfig
+
+
+class _Strict(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class Workload(_Strict):
+    trace: str | None = Field(None, description="Mooncake JSONL trace; when unset, `synth` generates one")
+    synth: SynthConfig = Field(default_factory=SynthConfig)
+    block_size: int = Field(512, ge=1)
+    rate_scale: float = Field(1.0, gt=0, description="arrival rate multiplier (timestamps divided by it)")
+    max_requests: int | None = Field(None, ge=1)
+
+
+class Sla(_Strict):
+    ttft_ms: float = Field(2000.0, gt=0, description="per-request TTFT bound")
+    tpot_ms: float = Field(100.0, gt=0, description="per-request TPOT bound")
+    percentile: float = Field(90.0, gt=0, le=100, description="the SLA holds when this percentile of TTFT and TPOT is within bounds")
+
+
+class Chip(_Strict):
+    peak_tflops: float = Field(gt=0, description="dense peak at the serving precision")
+    memory_gb: float = Field(gt=0)
+    memory_bw_tbps: float = Field(gt=0)
+    interconnect_gbps: float = Field(gt=0, description="scale-up bandwidth per chip")
+    price_per_hour: float = Field(ge=0)
+
+
+class Model(_Strict):
+    name: str
+    params_total_b: float = Field(gt=0)
+    params_active_b: float = Field(gt=0)
+    layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    kv_bytes_per_token: int = Field(ge=1, description="KV cache bytes per token, all layers")
+    attention: Literal["mha", "gqa", "mla"] = "gqa"
+    weight_bytes_per_param: float = Field(1.0, gt=0)
+
+
+class Pool(_Strict):
+    """A set of identical instances of one role."""
+    chip: str
+    instances: int = Field(ge=1)
+    chips_per_instance: int = Field(8, ge=1)
+    dc: Literal["a", "b"] = "a"
+    chunk_tokens: int = Field(8192, ge=1, description="prefill chunk / batched-token budget per step")
+    max_batch_seqs: int = Field(256, ge=1, description="decode batch limit")
+    kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
+    prefix_cache: bool = True
+
+
+class Deployment(_Strict):
+    kind: Literal["same_dc_pd", "cross_dc_pd", "pdd"]
+    prefill: Pool
+    decode: Pool | None = Field(None, description="D pool of the PD baselines")
+    relay: Pool | None = Field(None, description="RLD pool (pdd)")
+    main: Pool | None = Field(None, description="MD pool (pdd)")
+
+    @model_validator(mode="after")
+    def _roles(self) -> "Deployment":
+        if self.kind in ("same_dc_pd", "cross_dc_pd") and self.decode is None:
+            raise ValueError(f"deployment kind {self.kind} needs a 'decode' pool")
+        if self.kind == "pdd" and (self.relay is None or self.main is None):
+            raise ValueError("deployment kind pdd needs 'relay' and 'main' pools")
+        return self
+
+
+class Network(_Strict):
+    wan: LinkProfile | str = Field("cross-city-10g", description="profile name, YAML path or inline")
+    rdma: LinkProfile | str = "same-dc-rdma"
+    wan_lines: int = Field(1, ge=1)
+    wan_line_price_per_hour: float = Field(0.0, ge=0)
+
+    def wan_profile(self) -> LinkProfile:
+        return self.wan if isinstance(self.wan, LinkProfile) else load_profile(self.wan)
+
+    def rdma_profile(self) -> LinkProfile:
+        return self.rdma if isinstance(self.rdma, LinkProfile) else load_profile(self.rdma)
+
+
+class Policy(_Strict):
+    handoff_mode: Literal["adaptive", "one_shot", "catch_up"] = "adaptive"
+    catch_up_threshold_tokens: int = Field(64, ge=0, description="adaptive: Catch-Up above this many pending tokens")
+    catch_up_batch_tokens: int = Field(32, ge=1, description="tokens handed over per Catch-Up batch")
+    relay_busy_fraction: float = Field(0.8, gt=0, le=1, description="adaptive: One-Shot when RLD load exceeds this")
+    relay_ttft_budget_fraction: float = Field(
+        0.5, gt=0, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
+    singular_filter: bool = True
+    relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    description: str = ""
+    runtime: Literal["sim", "live"] = "sim"
+    seed: int = 0
+    workload: Workload = Field(default_factory=Workload)
+    sla: Sla = Field(default_factory=Sla)
+    model: Model | None = None
+    chips: dict[str, Chip] = Field(default_factory=dict)
+    deployment: Deployment | None = None
+    network: Network = Field(default_factory=Network)
+    policy: Policy = Field(default_factory=Policy)
+
+    @model_validator(mode="after")
+    def _chips_known(self) -> "Scenario":
+        if self.deployment is not None:
+            for role in ("prefill", "decode", "relay", "main"):
+                pool = getattr(self.deployment, role)
+                if pool is not None and pool.chip not in self.chips:
+                    raise ValueError(f"deployment.{role}.chip '{pool.chip}' is not among chips {sorted(self.chips)}")
+        return self
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise UserError(f"--set '{text}': expected dotted.path=value, e.g. --set sla.ttft_ms=1500")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise UserError(f"--set '{text}': empty path component")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {} if nxt is None else nxt
+                if not isinstance(nxt, dict):
+                    raise UserError(f"--set '{text}': '{part}' is not a mapping")
+                node[part] = nxt
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def _yaml_line(text: str, loc: tuple) -> int | None:
+    """1-based line of the deepest YAML node on the path `loc`, for error messages."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(key):
+                    line, node = k.start_mark.line + 1, v
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), "no such scenario file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(str(path), f"is not valid YAML ({getattr(exc, 'problem', exc)})",
+                         line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), "must be a YAML mapping")
+    data = apply_overrides(data, overrides or [])
+    # Relative trace paths are relative to the scenario file, so scenarios travel with their data.
+    trace = (data.get("workload") or {}).get("trace")
+    if isinstance(trace, str) and not Path(trace).is_absolute() and not any(
+            o.startswith("workload.trace=") for o in overrides or []):
+        candidate = path.parent / trace
+        if candidate.exists():
+            data["workload"]["trace"] = str(candidate)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "LinkProfile")))
+        field = ".".join(map(str, loc))
+        via_set = any(o.split("=", 1)[0] == field for o in overrides or [])
+        msg = err["msg"] + (" (from --set)" if via_set else "")
+        raise InputError(str(path), msg, line=_yaml_line(text, loc), field=field) from None

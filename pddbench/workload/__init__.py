@@ -1,0 +1,1 @@
+"""Workloads: trace formats, hit-rate analysis and the agentic-session generator."""

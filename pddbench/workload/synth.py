@@ -1,0 +1,260 @@
+"""Agentic multi-turn workload generator that targets a prefix-hit-rate histogram.
+
+The model of agent behaviour:
+- Agents of a few types, each with a shared system prompt (whole blocks, shared by every session
+  of that type, so a new session still hits on it once the type has been seen).
+- Sessions arrive as a Poisson process; each runs a geometric number of turns separated by a
+  think/tool time (lognormal) plus the time to generate the previous reply.
+- Each turn re-sends the session's context plus appended tokens (the model's reply and the tool's
+  output). Small appends give the high-hit turns that dominate agentic traffic; a big tool output
+  (a file read, a search dump) or a context compaction (the context replaced by system prompt +
+  summary) gives the low-hit ones; compaction is forced when the context would pass its cap.
+- Singular flows (very long fresh input, very short output) thinned into the stream at their share.
+- A session whose next turn could only land in buckets already over target ends instead (users
+  do abandon or restart sessions); this keeps skewed targets reachable.
+- Output lengths are lognormal (median 250, ~74% under 500 tokens), capped.
+
+How the histogram is hit: the generator tracks every block id it has emitted, which is exactly the
+ideal cache `trace stats` replays, so it knows each turn's hit rate before emitting it. Each turn
+draws its bucket from the target restricted to the buckets its session can reach; when a bucket
+falls two or more requests behind its target share, that bucket is taken instead. Then the append
+size is drawn to land inside the bucket. All randomness comes from one seeded random.Random.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from pddbench.workload.hitrate import HIST_EDGES_PCT, N_BUCKETS, bucket_of
+from pddbench.workload.trace import Request
+
+PDD_LIKE_HIST = (0.10, 0.03, 0.07, 0.15, 0.15, 0.20, 0.30)
+MOONCAKE_LIKE_HIST = (0.58, 0.03, 0.02, 0.07, 0.07, 0.09, 0.14)
+
+
+class SynthConfig(BaseModel):
+    """Knobs of the agentic generator (all have defaults that mimic coding/tool agents)."""
+
+    model_config = {"extra": "forbid"}
+
+    requests: int = Field(1000, ge=1, le=10_000_000, description="requests to generate")
+    seed: int = Field(0, description="seed of every random choice")
+    target_hist: tuple[float, ...] = Field(PDD_LIKE_HIST, description="fractions per hit bucket")
+    rate_rps: float = Field(4.0, gt=0, description="mean request arrival rate")
+    block_size: int = Field(512, ge=1)
+    singular_share: float = Field(0.035, ge=0, le=1, description="share of singular flows")
+    singular_input_tokens: tuple[int, int] = (32_768, 98_304)
+    singular_output_tokens: tuple[int, int] = (1, 8)
+    system_prompt_blocks: tuple[int, ...] = Field((16, 24, 32, 48), description="per agent type")
+    mean_turns: float = Field(12.0, ge=1)
+    think_time_median_s: float = Field(3.0, gt=0)
+    max_context_tokens: int = Field(131_072, ge=4096)
+    output_median_tokens: float = Field(250.0, gt=0)
+    output_sigma: float = Field(1.1, ge=0)
+    max_output_tokens: int = Field(8192, ge=1)
+    min_append_tokens: int = Field(16, ge=1, description="smallest user/tool message")
+
+    @field_validator("target_hist")
+    @classmethod
+    def _hist(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if len(v) != N_BUCKETS:
+            raise ValueError(f"needs {N_BUCKETS} fractions (buckets {HIST_EDGES_PCT}), got {len(v)}")
+        if any(f < 0 for f in v):
+            raise ValueError("fractions must be >= 0")
+        if abs(sum(v) - 1.0) > 1e-3:
+            raise ValueError(f"fractions must sum to 1, got {sum(v):.4f}")
+        return tuple(f / sum(v) for f in v)
+
+    @model_validator(mode="after")
+    def _singular_fits(self) -> "SynthConfig":
+        if self.singular_share > self.target_hist[0] + 1e-9:
+            raise ValueError(
+                f"singular_share {self.singular_share} exceeds the 0-90% bucket target "
+                f"{self.target_hist[0]}: singular flows are low-hit requests; lower one or raise the other")
+        lo, hi = self.singular_input_tokens
+        if not 1 <= lo <= hi:
+            raise ValueError("singular_input_tokens must be (lo, hi) with 1 <= lo <= hi")
+        return self
+
+
+@dataclass(slots=True)
+class _Session:
+    sid: int
+    agent: int
+    turns_left: int
+    turn: int = 0
+    prefix_ids: list[int] = field(default_factory=list)  # full blocks the next turn re-sends
+    context_tokens: int = 0  # the previous turn's prompt: the next one re-sends all of it
+
+
+class _Generator:
+    def __init__(self, cfg: SynthConfig):
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.seen: set[int] = set()
+        self.next_id = 0
+        self.counts = [0] * N_BUCKETS
+        self.emitted = 0
+        self.sys_ids = [self._new_ids(n) for n in cfg.system_prompt_blocks]
+        self.next_sid = 0
+
+    def _new_ids(self, n: int) -> list[int]:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        return ids
+
+    def _cached_blocks(self, ids: list[int]) -> int:
+        n = 0
+        for h in ids:
+            if h not in self.seen:
+                break
+            n += 1
+        return n
+
+    # -- bucket choice -------------------------------------------------------------------------
+    def _length_range(self, bucket: int, cached_tok: int, context_tok: int) -> tuple[int, int] | None:
+        """Input lengths L >= context + a message that put a turn with `cached_tok` cached
+        tokens into `bucket`."""
+        cfg = self.cfg
+        lo_pct, hi_pct = HIST_EDGES_PCT[bucket], HIST_EDGES_PCT[bucket + 1]
+        l_min = max(cached_tok, context_tok) + cfg.min_append_tokens
+        if bucket == N_BUCKETS - 1:
+            l_max = (100 * cached_tok) // lo_pct
+        else:
+            l_min = max(l_min, (100 * cached_tok) // hi_pct + 1)
+            l_max = (100 * cached_tok) // lo_pct if lo_pct else cfg.max_context_tokens
+        l_max = min(l_max, cfg.max_context_tokens)
+        return (l_min, l_max) if l_min <= l_max else None
+
+    def _choose_bucket(self, feasible: list[int]) -> int | None:
+        """A bucket this turn can reach: the one furthest behind target when it is 2+ requests
+        behind, else a draw by target share among those still under target. None: every
+        reachable bucket is over target (the caller ends the session)."""
+        target = self.cfg.target_hist
+        n = self.emitted + 1
+        deficits = {b: target[b] * n - self.counts[b] for b in feasible}
+        behind = max(feasible, key=lambda b: (deficits[b], -b))
+        if deficits[behind] >= 2.0:
+            return behind
+        under = [b for b in feasible if deficits[b] > 0 and target[b] > 0]
+        if not under:
+            return None
+        return self.rng.choices(under, weights=[target[b] for b in under])[0]
+
+    # -- request construction ------------------------------------------------------------------
+    def _output_len(self) -> int:
+        cfg = self.cfg
+        x = self.rng.lognormvariate(math.log(cfg.output_median_tokens), cfg.output_sigma)
+        return max(1, min(cfg.max_output_tokens, int(round(x))))
+
+    def _emit(self, ts: int, input_len: int, out_len: int, prefix: list[int], sid: int | None,
+              turn: int | None) -> Request:
+        n_blocks = math.ceil(input_len / self.cfg.block_size)
+        reuse = prefix[:n_blocks]
+        ids = reuse + self._new_ids(n_blocks - len(reuse))
+        hit = min(self._cached_blocks(ids) * self.cfg.block_size, input_len)
+        self.counts[bucket_of(hit, input_len)] += 1
+        self.emitted += 1
+        self.seen.update(ids)
+        return Request(ts, input_len, out_len, ids, sid, turn)
+
+    def _turn(self, ts: int, s: _Session) -> Request | None:
+        cfg, bs = self.cfg, self.cfg.block_size
+        sys_ids = self.sys_ids[s.agent]
+        prefix = s.prefix_ids or sys_ids
+        cached_tok = self._cached_blocks(prefix) * bs
+        prefix = prefix[: cached_tok // bs]  # blocks past a miss are recomputed anyway
+        feasible = [b for b in range(N_BUCKETS) if cfg.target_hist[b] > 0 or b == 0]
+        context_tok = s.context_tokens or cached_tok
+        feasible = [b for b in feasible if b == 0 or self._length_range(b, cached_tok, context_tok)]
+        bucket = self._choose_bucket(feasible)
+        if bucket is None and s.turn == 0:
+            bucket = max(feasible)  # a session's opening turn always happens
+        if bucket is None:
+            return None  # every bucket this session can reach is over target: the session ends
+        if bucket > 0:
+            lo, hi = self._length_range(bucket, cached_tok, context_tok)  # type: ignore[misc]
+            input_len = self.rng.randint(lo, hi)
+        else:
+            input_len, prefix = self._low_hit_turn(cached_tok, context_tok, prefix, sys_ids)
+        req = self._emit(ts, input_len, self._output_len(), prefix, s.sid, s.turn)
+        s.prefix_ids = req.hash_ids[: input_len // bs]
+        s.context_tokens = input_len
+        s.turn += 1
+        s.turns_left -= 1
+        return req
+
+    def _low_hit_turn(self, cached_tok: int, context_tok: int, prefix: list[int], sys_ids: list[int]):
+        """A turn below 90% hit: a big tool output, or a compaction to system prompt + summary."""
+        cfg, bs = self.cfg, self.cfg.block_size
+        if cached_tok > 0 and self.rng.random() < 0.5:
+            h = self.rng.uniform(0.2, 0.89)
+            input_len = max(math.ceil(cached_tok / h), context_tok + cfg.min_append_tokens)
+            if input_len <= cfg.max_context_tokens and 100 * cached_tok < 90 * input_len:
+                return input_len, prefix
+        sys_tok = len(sys_ids) * bs
+        min_summary = max(cfg.min_append_tokens, sys_tok // 9 + 1)  # keeps hit under 90%
+        summary = self.rng.randint(max(2048, min_summary), max(8192, min_summary))
+        return sys_tok + summary, list(sys_ids)
+
+    def _singular(self, ts: int) -> Request:
+        lo, hi = self.cfg.singular_input_tokens
+        olo, ohi = self.cfg.singular_output_tokens
+        return self._emit(ts, self.rng.randint(lo, hi), self.rng.randint(olo, ohi), [], None, None)
+
+    # -- arrivals ------------------------------------------------------------------------------
+    def run(self) -> Iterator[Request]:
+        cfg, rng = self.cfg, self.rng
+        session_rate = cfg.rate_rps * (1 - cfg.singular_share) / cfg.mean_turns
+        heap: list[tuple[int, int, str, _Session | None]] = []
+        seq = 0
+        singular = 0
+
+        def push(t_ms: float, kind: str, s: _Session | None = None) -> None:
+            nonlocal seq
+            heapq.heappush(heap, (int(round(t_ms)), seq, kind, s))
+            seq += 1
+
+        push(0, "session")
+        p_end = 1.0 / cfg.mean_turns
+        while self.emitted < cfg.requests:
+            t, _, kind, s = heapq.heappop(heap)
+            if kind == "session":
+                turns = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p_end)) if p_end < 1 else 1
+                agent = rng.randrange(len(self.sys_ids))
+                push(t, "turn", _Session(self.next_sid, agent, turns))
+                self.next_sid += 1
+                push(t + rng.expovariate(session_rate) * 1000, "session")
+                continue
+            assert s is not None
+            # Singular flows are thinned into the stream at their exact share of requests.
+            if singular < cfg.singular_share * (self.emitted + 1):
+                singular += 1
+                yield self._singular(t)
+                if self.emitted >= cfg.requests:
+                    break
+            req = self._turn(t, s)
+            if req is None:
+                continue
+            yield req
+            if s.turns_left > 0:
+                think_s = rng.lognormvariate(math.log(cfg.think_time_median_s), 0.9)
+                push(t + (think_s + 0.03 * req.output_length) * 1000, "turn", s)
+
+
+def synthesize(cfg: SynthConfig) -> list[Request]:
+    """Generate the workload; timestamps are finally rescaled so the mean rate is cfg.rate_rps
+    (ending sessions early thins the stream, so the raw rate runs below the nominal one)."""
+    reqs = list(_Generator(cfg).run())
+    span_ms = reqs[-1].timestamp_ms - reqs[0].timestamp_ms
+    if len(reqs) > 1 and span_ms > 0:
+        factor = (len(reqs) - 1) / cfg.rate_rps * 1000 / span_ms
+        for r in reqs:
+            r.timestamp_ms = int(round(r.timestamp_ms * factor))
+    return reqs

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MOONCAKE = REPO / "traces" / "mooncake" / "synthetic_trace.jsonl"
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the real `pddbench` entry point in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "pddbench", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd or REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def mooncake_path() -> Path:
+    return MOONCAKE
+
+
+@pytest.fixture(scope="session")
+def mooncake_requests():
+    from pddbench.workload.trace import load_trace
+
+    return load_trace(MOONCAKE)

@@ -1,0 +1,71 @@
+import pytest
+
+from pddbench.errors import InputError, UserError
+from pddbench.scenario import apply_overrides, load_scenario
+
+BASE = """\
+name: t
+seed: 3
+workload:
+  synth:
+    requests: 100
+sla:
+  ttft_ms: 1500
+  tpot_ms: 80
+"""
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_loads_and_overrides(tmp_path):
+    sc = load_scenario(_write(tmp_path, BASE), ["sla.ttft_ms=900", "workload.synth.seed=9", "seed=4"])
+    assert (sc.sla.ttft_ms, sc.workload.synth.seed, sc.seed, sc.sla.tpot_ms) == (900, 9, 4, 80)
+
+
+def test_validation_error_names_file_line_field(tmp_path):
+    path = _write(tmp_path, BASE.replace("tpot_ms: 80", "tpot_ms: -1"))
+    with pytest.raises(InputError) as exc:
+        load_scenario(path)
+    assert exc.value.field == "sla.tpot_ms" and exc.value.line == 8 and "greater than 0" in str(exc.value)
+
+
+def test_unknown_key_refused(tmp_path):
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, BASE + "slaa: {}\n"))
+    assert exc.value.field == "slaa" and exc.value.line == 9
+
+
+def test_bad_override_reports_set(tmp_path):
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, BASE), ["sla.ttft_ms=fast"])
+    assert "from --set" in str(exc.value) and exc.value.field == "sla.ttft_ms"
+    with pytest.raises(UserError):
+        load_scenario(_write(tmp_path, BASE), ["sla.ttft_ms"])
+
+
+def test_invalid_yaml(tmp_path):
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, "a: [1, 2\n"))
+    assert "not valid YAML" in str(exc.value)
+
+
+def test_apply_overrides_creates_nested():
+    assert apply_overrides({}, ["a.b.c=[1, 2]", "a.d=x"]) == {"a": {"b": {"c": [1, 2]}, "d": "x"}}
+
+
+def test_unknown_chip_in_deployment(tmp_path):
+    text = BASE + """\
+chips:
+  A: {peak_tflops: 1000, memory_gb: 80, memory_bw_tbps: 3, interconnect_gbps: 900, price_per_hour: 2}
+deployment:
+  kind: same_dc_pd
+  prefill: {chip: A, instances: 1}
+  decode: {chip: Z, instances: 1}
+"""
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, text))
+    assert "'Z'" in str(exc.value)
