@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
+from pddbench.sim.latency import LatencyConfig
 from pddbench.workload.synth import SynthConfig
 
 
@@ -64,6 +65,7 @@ class Pool(_Strict):
     max_batch_seqs: int = Field(256, ge=1, description="decode batch limit")
     kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
     prefix_cache: bool = True
+    pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
 
 
 class Deployment(_Strict):
@@ -101,8 +103,11 @@ class Policy(_Strict):
     catch_up_batch_tokens: int = Field(32, ge=1, description="tokens handed over per Catch-Up batch")
     relay_busy_fraction: float = Field(0.8, gt=0, le=1, description="adaptive: One-Shot when RLD load exceeds this")
     relay_ttft_budget_fraction: float = Field(
-        0.5, gt=0, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
+        0.1, ge=0, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
     singular_filter: bool = True
+    singular_min_input_tokens: int = Field(32768, ge=1, description="singular flow: input at least this long ...")
+    singular_max_output_tokens: int = Field(16, ge=1, description="... and max_tokens at most this")
+    catch_up_max_rounds: int = Field(8, ge=1)
     relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
 
 
@@ -118,6 +123,7 @@ class Scenario(_Strict):
     deployment: Deployment | None = None
     network: Network = Field(default_factory=Network)
     policy: Policy = Field(default_factory=Policy)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
 
     @model_validator(mode="after")
     def _chips_known(self) -> "Scenario":
@@ -183,8 +189,15 @@ def _yaml_line(text: str, loc: tuple) -> int | None:
     return line
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    path = Path(path)
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, str]:
+    """A scenario mapping; `extends: other.yaml` (relative to the file) is merged underneath."""
     if not path.is_file():
         raise InputError(str(path), "no such scenario file")
     text = path.read_text(encoding="utf-8")
@@ -196,6 +209,18 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
                          line=mark.line + 1 if mark else None) from None
     if not isinstance(data, dict):
         raise InputError(str(path), "must be a YAML mapping")
+    parent = data.pop("extends", None)
+    if parent is not None:
+        if depth > 8:
+            raise InputError(str(path), "extends nests too deep (a cycle?)", field="extends")
+        base, _ = _read_yaml(path.parent / str(parent), depth + 1)
+        data = _deep_merge(base, data)
+    return data, text
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    path = Path(path)
+    data, text = _read_yaml(path)
     data = apply_overrides(data, overrides or [])
     # Relative trace paths are relative to the scenario file, so scenarios travel with their data.
     trace = (data.get("workload") or {}).get("trace")

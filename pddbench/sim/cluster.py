@@ -1,0 +1,117 @@
+"""Builds a deployment's instances and links from a scenario, routes requests, prices the hardware."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pddbench.cache import PrefixCache
+from pddbench.errors import UserError
+from pddbench.scenario import Pool, Scenario
+from pddbench.sim.decode import DecodeInstance
+from pddbench.sim.engine import EventLoop
+from pddbench.sim.latency import Calibrated, LatencyModel, Roofline
+from pddbench.sim.link import Link
+from pddbench.sim.prefill import PrefillInstance
+
+
+def latency_model(sc: Scenario, pool: Pool) -> LatencyModel:
+    if sc.latency.kind == "calibrated":
+        if not sc.latency.calibration_csv:
+            raise UserError("latency.kind 'calibrated' needs latency.calibration_csv")
+        return Calibrated.fit_csv(sc.latency.calibration_csv)
+    chip, m = sc.chips[pool.chip], sc.model
+    assert m is not None
+    return Roofline(
+        chips=pool.chips_per_instance, peak_flops=chip.peak_tflops * 1e12, mem_bw=chip.memory_bw_tbps * 1e12,
+        total_params=m.params_total_b * 1e9, active_params=m.params_active_b * 1e9,
+        bytes_per_param=m.weight_bytes_per_param, kv_bytes_per_token=m.kv_bytes_per_token,
+        layers=m.layers, hidden=m.hidden_size, cfg=sc.latency)
+
+
+def kv_capacity_tokens(sc: Scenario, pool: Pool, role: str) -> int:
+    chip, m = sc.chips[pool.chip], sc.model
+    assert m is not None
+    weights = m.params_total_b * 1e9 * m.weight_bytes_per_param
+    free = pool.chips_per_instance * chip.memory_gb * 1e9 * pool.kv_memory_fraction - weights
+    if free <= 0:
+        raise UserError(
+            f"deployment.{role}: the model's weights ({weights / 1e9:.0f} GB) do not fit in "
+            f"{pool.chips_per_instance} x {pool.chip} ({chip.memory_gb:g} GB each, "
+            f"kv_memory_fraction {pool.kv_memory_fraction}); raise chips_per_instance")
+    return int(free // m.kv_bytes_per_token)
+
+
+def hardware_cost_per_hour(sc: Scenario) -> float:
+    d = sc.deployment
+    assert d is not None
+    cost = 0.0
+    for pool in (d.prefill, d.decode, d.relay, d.main):
+        if pool is not None:
+            cost += pool.instances * pool.chips_per_instance * sc.chips[pool.chip].price_per_hour
+    if d.kind in ("cross_dc_pd", "pdd"):
+        cost += sc.network.wan_lines * sc.network.wan_line_price_per_hour
+    return round(cost, 6)
+
+
+@dataclass
+class Cluster:
+    loop: EventLoop
+    prefill: list[PrefillInstance]
+    rdma: list[Link]            # one per prefill instance (its NICs)
+    decode: list[DecodeInstance]  # D (PD baselines) or MD (pdd)
+    relay: list[DecodeInstance]
+    wan: Link
+
+    def pick_prefill(self, hash_ids: list[int], input_tokens: int) -> int:
+        """Least work first, counting cache hits: queued tokens + this request's uncached part."""
+        best, best_cost = 0, float("inf")
+        for i, p in enumerate(self.prefill):
+            cost = p.queued_tokens + input_tokens - p.match_tokens(hash_ids, input_tokens)
+            if cost < best_cost:
+                best, best_cost = i, cost
+        return best
+
+    @staticmethod
+    def pick_decode(pool: list[DecodeInstance], hash_ids: list[int], input_tokens: int) -> DecodeInstance:
+        """Cache-aware among the lightly loaded: the longest prefix match among instances whose
+        load is within a slack of the least loaded one (ties: lower load, then lower index)."""
+        min_load = min(d.load for d in pool)
+        slack = max(4, pool[0].max_batch // 4)
+        best, key = pool[0], None
+        for d in pool:
+            if d.load > min_load + slack:
+                continue
+            k = (-d.match_tokens(hash_ids, input_tokens), d.load)
+            if key is None or k < key:
+                best, key = d, k
+        return best
+
+
+def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
+    d, bs = sc.deployment, sc.workload.block_size
+    if d is None or sc.model is None:
+        raise UserError("a simulated run needs 'model', 'chips' and 'deployment' in the scenario")
+
+    def cache_for(pool: Pool, role: str) -> PrefixCache | None:
+        return PrefixCache(kv_capacity_tokens(sc, pool, role) // bs) if pool.prefix_cache else None
+
+    prefill = [PrefillInstance(loop, f"P{i}", latency_model(sc, d.prefill), d.prefill.chunk_tokens,
+                               cache_for(d.prefill, "prefill"), bs, d.prefill.pack_tail_chunks)
+               for i in range(d.prefill.instances)]
+    rdma_profile = sc.network.rdma_profile()
+    rdma = [Link(loop, rdma_profile, f"rdma{i}") for i in range(d.prefill.instances)]
+
+    def decoders(pool: Pool | None, role: str, tag: str) -> list[DecodeInstance]:
+        if pool is None:
+            return []
+        lat, cap = latency_model(sc, pool), kv_capacity_tokens(sc, pool, role)
+        return [DecodeInstance(loop, f"{tag}{i}", lat, cap, pool.max_batch_seqs, cache_for(pool, role), bs)
+                for i in range(pool.instances)]
+
+    decode = decoders(d.decode, "decode", "D") if d.kind != "pdd" else decoders(d.main, "main", "MD")
+    relay = decoders(d.relay, "relay", "RLD") if d.kind == "pdd" else []
+    if relay:
+        for r in relay:
+            r.cache = None  # the relay keeps no prefix cache: it gets every prompt's KV over RDMA
+    wan = Link(loop, sc.network.wan_profile(), "wan", sc.network.wan_lines)
+    return Cluster(loop, prefill, rdma, decode, relay, wan)

@@ -1,0 +1,232 @@
+"""Decode instance (D, RLD or MD): continuous batching with KV-capacity admission.
+
+Simulated per epoch, not per token: between two batch changes every step takes the same time,
+so the instance keeps (t0, s0, step_ms) and a job's k-th token is the end of step
+start_step + k - 1. Only admissions, removals and completions are events, which keeps a
+100,000-request run in seconds. The step time is recomputed at each batch change from the batch
+size and the KV it reads (KV growth inside an epoch is ignored). An Extend-Decode Handoff
+admission pauses the batch for the extra compute of its extend tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from typing import Any, Callable
+
+from pddbench.cache import PrefixCache
+from pddbench.sim.engine import EventLoop
+from pddbench.sim.latency import LatencyModel
+
+
+class DecodeJob:
+    __slots__ = ("req", "context", "n_tokens", "extend", "start_step", "finish_step",
+                 "first_token_ms", "on_first", "on_finish", "stopped", "reserved")
+
+    def __init__(self, req: Any, context: int, n_tokens: int, extend: int,
+                 on_first: Callable[["DecodeJob"], None] | None, on_finish: Callable[["DecodeJob", float], None]):
+        self.req, self.context, self.n_tokens, self.extend = req, context, n_tokens, extend
+        self.on_first, self.on_finish = on_first, on_finish
+        self.start_step = self.finish_step = -1
+        self.first_token_ms = -1.0
+        self.stopped = False
+        self.reserved = context + extend + n_tokens
+
+
+class DecodeInstance:
+    def __init__(self, loop: EventLoop, name: str, latency: LatencyModel, kv_capacity_tokens: int,
+                 max_batch: int, cache: PrefixCache | None, block_size: int):
+        self.loop, self.name, self.latency = loop, name, latency
+        self.kv_capacity_tokens, self.max_batch = kv_capacity_tokens, max_batch
+        self.cache, self.block_size = cache, block_size
+        self.waiting: deque[DecodeJob] = deque()
+        self.running: set[DecodeJob] = set()
+        self._finish_heap: list[tuple[int, int, DecodeJob]] = []
+        self._awaiting_first: list[DecodeJob] = []
+        self._seq = 0
+        self.kv_used = 0
+        self._sum_context = 0
+        self._sum_start = 0
+        # epoch
+        self.t0, self.s0, self.step_ms = 0.0, 0, 1.0
+        self._version = 0
+        # suffix-max stack of step gaps: (epoch start step, gap ms), gaps strictly decreasing
+        self._gap_steps: list[int] = []
+        self._gap_ms: list[float] = []
+        self.busy_ms = 0.0
+        self._busy_since: float | None = None
+        self.peak_batch = 0
+
+    # -- observable state (for routing and policy) ------------------------------------------------
+    @property
+    def load(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def utilisation(self) -> float:
+        return min(1.0, len(self.running) / self.max_batch)
+
+    def match_tokens(self, hash_ids: list[int], input_tokens: int) -> int:
+        if self.cache is None:
+            return 0
+        return min(self.cache.match(hash_ids) * self.block_size, input_tokens)
+
+    # -- epoch arithmetic -----------------------------------------------------------------------
+    def _step_end_ms(self, step: int) -> float:
+        return self.t0 + (step - self.s0 + 1) * self.step_ms
+
+    def _boundary(self) -> tuple[float, int]:
+        """When, and at which step, the batch can next change: now if a step just ended, else
+        the end of the step in progress (changes take effect between steps)."""
+        now = self.loop.now
+        if not self.running or now <= self.t0:
+            return max(now, self.t0) if self.running else now, self.s0
+        x = (now - self.t0) / self.step_ms
+        c = int(x + 1e-9)
+        if x - c <= 1e-9:
+            return self.t0 + c * self.step_ms, self.s0 + c
+        return self.t0 + (c + 1) * self.step_ms, self.s0 + c + 1
+
+    def _sync(self) -> tuple[float, int, list[tuple[DecodeJob, float]]]:
+        """Settle everything that happens on the current grid before the boundary: first tokens
+        and completions (released now, reported by the caller after the new epoch is set)."""
+        t_b, s_b = self._boundary()
+        keep = []
+        for job in self._awaiting_first:
+            if job.stopped:
+                continue
+            if job.start_step < s_b:
+                job.first_token_ms = self._step_end_ms(job.start_step)
+                if job.on_first is not None:
+                    job.on_first(job)
+            else:
+                keep.append(job)
+        self._awaiting_first = keep
+        finished = []
+        while self._finish_heap and self._finish_heap[0][0] < s_b:
+            _, _, job = heapq.heappop(self._finish_heap)
+            if job.stopped:
+                continue
+            finished.append((job, self._step_end_ms(job.finish_step)))
+            job.stopped = True
+            self._release(job)
+        return t_b, s_b, finished
+
+    def _new_epoch(self, t_b: float, s_b: int, pause_ms: float = 0.0) -> None:
+        n = len(self.running)
+        if n:
+            kv = self._sum_context + n * s_b - self._sum_start
+            self.step_ms = self.latency.decode_ms(n, kv)
+            self._push_gap(s_b, self.step_ms + pause_ms)
+            if self._busy_since is None:
+                self._busy_since = t_b
+        elif self._busy_since is not None:
+            self.busy_ms += t_b - self._busy_since
+            self._busy_since = None
+        self.t0, self.s0 = t_b + pause_ms, s_b
+        self._version += 1
+        while self._finish_heap and self._finish_heap[0][2].stopped:
+            heapq.heappop(self._finish_heap)  # stopped (handed-off) jobs never finish here
+        if self._finish_heap:
+            self.loop.at(self._step_end_ms(self._finish_heap[0][0]), self._on_finish_event, self._version)
+
+    def _push_gap(self, step: int, gap: float) -> None:
+        while self._gap_ms and self._gap_ms[-1] <= gap:
+            self._gap_ms.pop()
+            self._gap_steps.pop()
+        self._gap_steps.append(step)
+        self._gap_ms.append(gap)
+        if len(self._gap_steps) > 4096 and self.running:
+            oldest = min(j.start_step for j in self.running)
+            cut = bisect.bisect_left(self._gap_steps, oldest)
+            del self._gap_steps[:cut], self._gap_ms[:cut]
+
+    def max_gap_since(self, step: int) -> float:
+        """The largest inter-token gap of the steps from `step` on (a job's max ITL)."""
+        i = bisect.bisect_left(self._gap_steps, step + 1)
+        return self._gap_ms[i] if i < len(self._gap_ms) else self.step_ms
+
+    def produced_by_now(self, job: DecodeJob) -> int:
+        """Tokens the job has produced by now (steps fully completed)."""
+        if job.start_step < 0:
+            return 0
+        now = self.loop.now
+        last = self.s0 - 1 if now < self.t0 else self.s0 - 1 + int((now - self.t0) / self.step_ms + 1e-9)
+        return max(0, min(job.n_tokens, last - job.start_step + 1))
+
+    def extend_pause(self, tokens: int) -> float:
+        """Recompute `tokens` handed-over tokens in one pass (Catch-Up batch): the running batch
+        pauses for the extra compute. Returns the pause in ms."""
+        n = max(1, len(self.running))
+        kv = self._sum_context
+        pause = self.latency.decode_ms(n, kv, tokens) - self.latency.decode_ms(n, kv)
+        if not self.running:
+            return pause + self.latency.decode_ms(1, 0)
+        t_b, s_b, finished = self._sync()
+        self._new_epoch(t_b, s_b, pause)
+        for job, t in finished:
+            job.on_finish(job, t)
+        return (t_b - self.loop.now) + pause
+
+    # -- changes --------------------------------------------------------------------------------
+    def submit(self, job: DecodeJob) -> None:
+        self.waiting.append(job)
+        if self._can_admit():
+            self._change()
+
+    def _can_admit(self) -> bool:
+        return bool(self.waiting) and len(self.running) < self.max_batch and (
+            self.kv_used + self.waiting[0].reserved <= self.kv_capacity_tokens)
+
+    def _change(self, stop: DecodeJob | None = None) -> tuple[float, int]:
+        t_b, s_b, finished = self._sync()
+        if stop is not None and not stop.stopped:
+            stop.stopped = True
+            self._release(stop)
+        pause, extend, n_admitted = 0.0, 0, 0
+        while self._can_admit():
+            job = self.waiting.popleft()
+            self.kv_used += job.reserved
+            job.start_step = s_b
+            job.finish_step = s_b + job.n_tokens - 1
+            self.running.add(job)
+            self._sum_context += job.context + job.extend
+            self._sum_start += s_b
+            heapq.heappush(self._finish_heap, (job.finish_step, self._seq, job))
+            self._seq += 1
+            self._awaiting_first.append(job)
+            extend += job.extend
+            n_admitted += 1
+        if extend:
+            n, kv = len(self.running), self._sum_context
+            pause = self.latency.decode_ms(n, kv, extend) - self.latency.decode_ms(n, kv)
+        self.peak_batch = max(self.peak_batch, len(self.running))
+        self._new_epoch(t_b, s_b, pause)
+        for job, t in finished:
+            job.on_finish(job, t)
+        return t_b, s_b
+
+    def _release(self, job: DecodeJob) -> None:
+        self.running.discard(job)
+        self.kv_used -= job.reserved
+        self._sum_context -= job.context + job.extend
+        self._sum_start -= job.start_step
+        if self.cache is not None:
+            self.cache.insert(job.req.hash_ids)
+
+    def _on_finish_event(self, version: int) -> None:
+        if version == self._version:
+            self._change()
+
+    def stop(self, job: DecodeJob) -> tuple[int, float]:
+        """Stop a job after the step in progress (handoff or abort). Returns the tokens it
+        produced and when the last of them came out (when it was stopped, if none)."""
+        if job.stopped:
+            return job.n_tokens, self.loop.now
+        if job.start_step < 0:  # still waiting for admission
+            self.waiting.remove(job)
+            job.stopped = True
+            return 0, self.loop.now
+        t_b, s_b = self._change(stop=job)
+        produced = max(0, min(job.n_tokens, s_b - job.start_step))
+        return produced, t_b if produced else self.loop.now

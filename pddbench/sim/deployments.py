@@ -1,0 +1,238 @@
+"""Request flows of the deployments, on a built Cluster.
+
+- same_dc_pd / cross_dc_pd: P prefills, the decode side's missing KV goes over RDMA (same DC)
+  or the WAN (cross DC), D decodes. TTFT waits for the transfer.
+- pdd: P prefills; the shared policy picks P->MD (KV over the WAN, MD decodes) or P->RLD->MD
+  (KV to the relay over RDMA and to MD over the WAN in parallel; the relay decodes at once and
+  hands over to MD with Extend-Decode Handoff once MD has the prompt KV), filters singular flows,
+  and picks One-Shot or Catch-Up.
+"""
+
+from __future__ import annotations
+
+from pddbench.policy import pdd as policy
+from pddbench.scenario import Scenario
+from pddbench.sim.cluster import Cluster
+from pddbench.sim.decode import DecodeInstance, DecodeJob
+from pddbench.sim.link import Transfer
+from pddbench.sim.request import SimRequest
+
+
+class Deployment:
+    def __init__(self, sc: Scenario, cluster: Cluster):
+        self.sc, self.c, self.loop = sc, cluster, cluster.loop
+        assert sc.model is not None and sc.deployment is not None
+        self.kv_bytes = sc.model.kv_bytes_per_token
+        self.kind = sc.deployment.kind
+
+    # -- shared steps ---------------------------------------------------------------------------
+    def arrive(self, req: SimRequest) -> None:
+        i = self.c.pick_prefill(req.hash_ids, req.input_tokens)
+        req.p_cached_tokens = self.c.prefill[i].submit(req, lambda r: self.prefilled(r, i))
+
+    def prefilled(self, req: SimRequest, p_index: int) -> None:
+        raise NotImplementedError
+
+class PD(Deployment):
+    """Same-DC or naive cross-DC prefill/decode disaggregation."""
+
+    def prefilled(self, req: SimRequest, p_index: int) -> None:
+        req.prefill_end_ms = self.loop.now
+        d = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
+        req.decode_cached_tokens = d.match_tokens(req.hash_ids, req.input_tokens)
+        nbytes = (req.input_tokens - req.decode_cached_tokens) * self.kv_bytes
+        if self.kind == "cross_dc_pd":
+            req.wan_kv_bytes = nbytes
+            self.c.wan.send(nbytes, self._kv_arrived, req, d, True)
+        else:
+            req.rdma_kv_bytes = nbytes
+            self.c.rdma[p_index].send(nbytes, self._kv_arrived, req, d, False)
+
+    def _kv_arrived(self, req: SimRequest, d: DecodeInstance, over_wan: bool) -> None:
+        req.kv_ready_ms = self.loop.now
+        if over_wan:
+            req.wan_kv_ms = self.loop.now - req.prefill_end_ms
+        job = DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(d))
+        _submit(d, job)
+
+
+class PDD(Deployment):
+    def prefilled(self, req: SimRequest, p_index: int) -> None:
+        now = req.prefill_end_ms = self.loop.now
+        pol, sla = self.sc.policy, self.sc.sla
+        md = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
+        req.decode_cached_tokens = md.match_tokens(req.hash_ids, req.input_tokens)
+        uncached = req.input_tokens - req.decode_cached_tokens
+        wan_bytes = uncached * self.kv_bytes
+        pipeline = policy.choose_pipeline(
+            predicted_wan_kv_ms=self.c.wan.predict_ms(wan_bytes), ttft_sla_ms=sla.ttft_ms,
+            budget_fraction=pol.relay_ttft_budget_fraction, relay_only_ablation=pol.relay_only_pipeline)
+        req.pipeline = pipeline
+        if pipeline == "p_md":
+            req.wan_kv_bytes = wan_bytes
+            self.c.wan.send(wan_bytes, self._md_kv_only, req, md, now)
+            return
+        # Relay path: the KV goes to the least-loaded relay over RDMA (the relay holds no cache).
+        rld = min(self.c.relay, key=lambda r: (r.load, r.name))
+        req.rdma_kv_bytes = req.input_tokens * self.kv_bytes
+        state = _RelayState(req, md, rld)
+        singular = pol.singular_filter and policy.is_singular_flow(
+            input_tokens=req.input_tokens, uncached_tokens=uncached, max_output_tokens=req.output_tokens,
+            min_input_tokens=pol.singular_min_input_tokens, max_output=pol.singular_max_output_tokens)
+        if pipeline == "p_rld":
+            req.decode_cached_tokens = 0
+        elif singular:
+            req.singular_flow = req.transfer_aborted = True
+            req.wan_kv_bytes_saved = wan_bytes
+            req.decode_cached_tokens = 0
+        else:
+            req.wan_kv_bytes = wan_bytes
+            state.wan_tr = self.c.wan.send(wan_bytes, self._md_kv_arrived, state)
+        self.c.rdma[p_index].send(req.rdma_kv_bytes, self._relay_kv_arrived, state)
+
+    # -- P -> MD --------------------------------------------------------------------------------
+    def _md_kv_only(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
+        req.kv_ready_ms = self.loop.now
+        req.wan_kv_ms = self.loop.now - sent_ms
+        _submit(md, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(md)))
+
+    # -- P -> RLD -> MD -------------------------------------------------------------------------
+    def _relay_kv_arrived(self, st: "_RelayState") -> None:
+        req = st.req
+        if req.done or st.skip_relay:
+            return
+        req.kv_ready_ms = self.loop.now
+        req.relay_start_ms = self.loop.now
+        st.job = DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, self._relay_finished(st))
+        _submit(st.rld, st.job)
+
+    def _relay_finished(self, st: "_RelayState"):
+        def done(job: DecodeJob, t: float) -> None:
+            req = st.req
+            req.max_itl_ms = max(req.max_itl_ms, st.rld.max_gap_since(job.start_step))
+            req.relay_tokens = req.output_tokens
+            req.relay_end_ms = req.finish_ms = t
+            req.done = True
+            if req.pipeline == "p_rld":
+                req.handoff_mode = "none"
+                return
+            req.handoff_mode = "relay_finish"
+            if st.wan_tr is not None and not st.wan_tr.done:
+                saved = int(self.c.wan.cancel(st.wan_tr))
+                if saved > 0 or not st.wan_tr.done:
+                    req.transfer_aborted = True
+                    req.wan_kv_bytes_saved = saved
+                    req.wan_kv_bytes -= saved
+        return done
+
+    def _md_kv_arrived(self, st: "_RelayState") -> None:
+        req, pol = st.req, self.sc.policy
+        req.wan_kv_ms = self.loop.now - req.prefill_end_ms
+        if req.done or st.job is None:
+            if st.job is None and not req.done:
+                # The relay has not even been reached (RDMA slower than WAN): plain P->MD.
+                st.skip_relay = True
+                req.pipeline = "p_md"
+                _submit(st.md, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(st.md)))
+            elif st.md.cache is not None:
+                st.md.cache.insert(req.hash_ids)  # the KV did arrive: MD's radix cache keeps it
+            return
+        pending = st.rld.produced_by_now(st.job)
+        mode = policy.choose_handoff_mode(
+            configured=pol.handoff_mode, pending_tokens=pending, threshold_tokens=pol.catch_up_threshold_tokens,
+            relay_utilisation=st.rld.utilisation(), relay_busy_fraction=pol.relay_busy_fraction)
+        req.handoff_mode = mode
+        req.handoff_start_ms = self.loop.now
+        if mode == "one_shot":
+            self._final_switch(st)
+        else:
+            self._catch_up_round(st)
+
+    def _catch_up_round(self, st: "_RelayState") -> None:
+        req, pol = st.req, self.sc.policy
+        if req.done:
+            return
+        pending = st.rld.produced_by_now(st.job) - st.handed
+        if policy.catch_up_finished(pending_tokens=pending, batch_tokens=pol.catch_up_batch_tokens,
+                                    rounds=st.rounds, max_rounds=pol.catch_up_max_rounds):
+            self._final_switch(st)
+            return
+        st.rounds += 1
+        nbytes = policy.handoff_message_bytes(pending)
+        req.wan_token_id_bytes += nbytes
+        self.c.wan.send(nbytes, self._catch_up_arrived, st, pending)
+
+    def _catch_up_arrived(self, st: "_RelayState", tokens: int) -> None:
+        if st.req.done:
+            return
+        st.handed += tokens
+        pause = st.md.extend_pause(tokens)
+        self.loop.after(pause, self._catch_up_round, st)
+
+    def _final_switch(self, st: "_RelayState") -> None:
+        req = st.req
+        produced, t_last = st.rld.stop(st.job)
+        if req.done:
+            return  # the relay's last step finished the request
+        req.relay_tokens = produced
+        req.relay_end_ms = self.loop.now
+        req.max_itl_ms = max(req.max_itl_ms, st.rld.max_gap_since(st.job.start_step)) if produced > 1 else req.max_itl_ms
+        st.last_relay_token_ms = t_last if produced else float("nan")
+        remaining = produced - st.handed
+        nbytes = policy.handoff_message_bytes(remaining)
+        req.wan_token_id_bytes += nbytes
+        self.c.wan.send(nbytes, self._handoff_arrived, st, remaining)
+
+    def _handoff_arrived(self, st: "_RelayState", extend: int) -> None:
+        req = st.req
+        n_left = req.output_tokens - req.relay_tokens
+        job = DecodeJob(req, req.input_tokens + st.handed, n_left, extend, self._md_first(st), _finished_on(st.md))
+        _submit(st.md, job)
+
+    def _md_first(self, st: "_RelayState"):
+        def first(job: DecodeJob) -> None:
+            req = st.req
+            req.md_first_ms = job.first_token_ms
+            req.first_token(job.first_token_ms)
+            if st.last_relay_token_ms == st.last_relay_token_ms:  # not NaN
+                req.handoff_stall_ms = job.first_token_ms - st.last_relay_token_ms
+        return first
+
+
+class _RelayState:
+    __slots__ = ("req", "md", "rld", "job", "wan_tr", "handed", "rounds", "last_relay_token_ms", "skip_relay")
+
+    def __init__(self, req: SimRequest, md: DecodeInstance, rld: DecodeInstance):
+        self.req, self.md, self.rld = req, md, rld
+        self.job: DecodeJob | None = None
+        self.wan_tr: Transfer | None = None
+        self.handed = 0
+        self.rounds = 0
+        self.last_relay_token_ms = float("nan")
+        self.skip_relay = False
+
+
+def _first_token(job: DecodeJob) -> None:
+    job.req.first_token(job.first_token_ms)
+
+
+def _finished_on(inst: DecodeInstance):
+    def done(job: DecodeJob, t: float) -> None:
+        req: SimRequest = job.req
+        req.max_itl_ms = max(req.max_itl_ms, inst.max_gap_since(job.start_step))
+        req.finish_ms = t
+        req.done = True
+    return done
+
+
+def _submit(inst: DecodeInstance, job: DecodeJob) -> None:
+    if job.reserved > inst.kv_capacity_tokens:
+        job.req.failure_reason = f"kv_exceeds_{inst.name[:2].rstrip('0123456789')}_capacity"
+        job.req.done = True
+        return
+    inst.submit(job)
+
+
+def make_deployment(sc: Scenario, cluster: Cluster) -> Deployment:
+    assert sc.deployment is not None
+    return PDD(sc, cluster) if sc.deployment.kind == "pdd" else PD(sc, cluster)

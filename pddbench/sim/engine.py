@@ -1,0 +1,39 @@
+"""The event loop: a heap of (time, seq, handler, args); handlers schedule further events.
+
+Simulated time only: nothing here reads a clock. `seq` breaks ties in insertion order, so the
+same inputs always replay in the same order (determinism byte for byte).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable
+
+
+class EventLoop:
+    __slots__ = ("now", "_heap", "_seq", "events")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[..., Any], tuple]] = []
+        self._seq = 0
+        self.events = 0
+
+    def at(self, t: float, handler: Callable[..., Any], *args: Any) -> None:
+        if t < self.now:
+            t = self.now  # never schedule into the past (float rounding)
+        heapq.heappush(self._heap, (t, self._seq, handler, args))
+        self._seq += 1
+
+    def after(self, delay: float, handler: Callable[..., Any], *args: Any) -> None:
+        self.at(self.now + delay, handler, *args)
+
+    def run(self, until: float = float("inf"), on_progress: Callable[[float], None] | None = None) -> None:
+        heap, pop = self._heap, heapq.heappop
+        while heap and heap[0][0] <= until:
+            t, _, handler, args = pop(heap)
+            self.now = t
+            handler(*args)
+            self.events += 1
+            if on_progress is not None and not self.events & 0x3FFF:
+                on_progress(t)

@@ -1,0 +1,116 @@
+"""Step-latency models: a roofline from chip and model specs, and a fit to measured step times.
+
+Both answer the same two questions for an instance of `chips` chips:
+- prefill_ms(tokens, attn_pairs): one chunked-prefill step computing `tokens` new tokens, where
+  attn_pairs = sum over the step's requests of new_tokens * (cached context + new_tokens / 2).
+- decode_ms(batch, kv_tokens, extend_tokens): one decode step of `batch` sequences reading
+  `kv_tokens` of KV, plus `extend_tokens` recomputed in the same pass (Extend-Decode Handoff).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from pddbench.errors import InputError
+
+
+class LatencyConfig(BaseModel):
+    model_config = {"extra": "forbid"}
+    kind: Literal["roofline", "calibrated"] = "roofline"
+    compute_efficiency: float = Field(0.45, gt=0, le=1, description="achieved / peak FLOPs")
+    memory_efficiency: float = Field(0.7, gt=0, le=1, description="achieved / peak memory bandwidth")
+    prefill_overhead_ms: float = Field(4.0, ge=0, description="fixed cost per prefill step (scheduling, comms)")
+    decode_overhead_ms: float = Field(3.0, ge=0, description="fixed cost per decode step")
+    calibration_csv: str | None = Field(
+        None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms")
+
+
+class LatencyModel(Protocol):
+    def prefill_ms(self, tokens: int, attn_pairs: float) -> float: ...
+    def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float: ...
+
+
+@dataclass(frozen=True)
+class Roofline:
+    chips: int
+    peak_flops: float          # per chip, FLOP/s
+    mem_bw: float              # per chip, B/s
+    total_params: float
+    active_params: float
+    bytes_per_param: float
+    kv_bytes_per_token: float
+    layers: int
+    hidden: int
+    cfg: LatencyConfig
+
+    def _compute_ms(self, tokens: float, attn_pairs: float) -> float:
+        flops = 2.0 * self.active_params * tokens + 4.0 * self.layers * self.hidden * attn_pairs
+        return flops / (self.chips * self.peak_flops * self.cfg.compute_efficiency) * 1e3
+
+    def _memory_ms(self, nbytes: float) -> float:
+        return nbytes / (self.chips * self.mem_bw * self.cfg.memory_efficiency) * 1e3
+
+    def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
+        # A MoE prefill step touches every expert: all weights are read once per step, which is
+        # what makes a small lone tail chunk expensive per token.
+        weights = self.total_params * self.bytes_per_param
+        return max(self._compute_ms(tokens, attn_pairs), self._memory_ms(weights)) + self.cfg.prefill_overhead_ms
+
+    def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
+        weights = min(self.total_params, self.active_params * max(1, batch + extend_tokens)) * self.bytes_per_param
+        mem = self._memory_ms(weights + kv_tokens * self.kv_bytes_per_token)
+        compute = self._compute_ms(batch + extend_tokens, extend_tokens * kv_tokens / max(1, batch))
+        return max(mem, compute) + self.cfg.decode_overhead_ms
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """Linear fits to measured steps: prefill = a + b*tokens + c*attn_pairs;
+    decode = a + b*(batch + extend) + c*kv_tokens."""
+    prefill_coef: tuple[float, float, float]
+    decode_coef: tuple[float, float, float]
+
+    def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
+        a, b, c = self.prefill_coef
+        return max(0.01, a + b * tokens + c * attn_pairs)
+
+    def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
+        a, b, c = self.decode_coef
+        return max(0.01, a + b * (batch + extend_tokens) + c * kv_tokens)
+
+    @classmethod
+    def fit_csv(cls, path: str | Path) -> "Calibrated":
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(str(path), "no such calibration CSV")
+        rows: dict[str, list[tuple[float, float, float]]] = {"prefill": [], "decode": []}
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            for line, rec in enumerate(reader, start=2):
+                phase = (rec.get("phase") or "").strip()
+                if phase not in rows:
+                    raise InputError(str(path), f"must be 'prefill' or 'decode', got {phase!r}", line, "phase")
+                try:
+                    step = float(rec["step_ms"])
+                    if phase == "prefill":
+                        x1, x2 = float(rec["tokens"]), float(rec.get("attn_pairs") or 0)
+                    else:
+                        x1, x2 = float(rec["batch"]), float(rec["kv_tokens"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise InputError(str(path), f"bad or missing number ({exc})", line) from None
+                rows[phase].append((x1, x2, step))
+        coefs = []
+        for phase in ("prefill", "decode"):
+            if len(rows[phase]) < 3:
+                raise InputError(str(path), f"needs at least 3 '{phase}' rows to fit, has {len(rows[phase])}")
+            arr = np.array(rows[phase])
+            design = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
+            coef, *_ = np.linalg.lstsq(design, arr[:, 2], rcond=None)
+            coefs.append(tuple(float(c) for c in coef))
+        return cls(coefs[0], coefs[1])

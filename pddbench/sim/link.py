@@ -1,0 +1,192 @@
+"""Simulated links, described by the same LinkProfile the netem package emulates.
+
+Bandwidth is shared equally by the transfers in flight (processor sharing, as parallel TCP flows
+roughly do). It is tracked as virtual service S, the bytes each active transfer has received: a
+transfer that starts at S0 with B bytes ends when S reaches S0 + B, so start, finish and cancel
+are O(log n). Outages (heavy-tailed stalls) are a seeded schedule, fixed whatever the traffic,
+during which nothing is served. After the last byte leaves, the data still needs the one-way
+propagation delay plus a jitter sample. With `transfer_latency_ms` set, each transfer instead
+takes the next replayed latency, whatever its size.
+Packet loss is emulated by the live backends only; the simulator does not model it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from typing import Any, Callable
+
+from netem.profile import LinkProfile
+from pddbench.sim.engine import EventLoop
+
+
+class Transfer:
+    __slots__ = ("nbytes", "target", "start_ms", "on_done", "args", "cancelled", "done", "queued")
+
+    def __init__(self, nbytes: float, target: float, start_ms: float, on_done, args):
+        self.nbytes, self.target, self.start_ms = nbytes, target, start_ms
+        self.on_done, self.args = on_done, args
+        self.cancelled = False
+        self.done = False
+        self.queued = False  # still waiting for bandwidth (in the sharing heap)
+
+
+class Link:
+    def __init__(self, loop: EventLoop, profile: LinkProfile, name: str, lines: int = 1):
+        self.loop, self.profile, self.name = loop, profile, name
+        rate = profile.forward.rate_gbps or profile.rate_gbps
+        self.rate_bytes_per_ms = None if rate is None else rate * lines * 1e9 / 8 / 1e3
+        self.delay_ms = profile.forward.delay_ms if profile.forward.delay_ms is not None else profile.delay_ms
+        self.rng = random.Random(f"{profile.seed}:{name}")
+        self._outage_rng = random.Random(f"{profile.seed}:{name}:outages")
+        self._replay = itertools.cycle(profile.transfer_latency_ms) if profile.transfer_latency_ms else None
+        self._heap: list[tuple[float, int, Transfer]] = []
+        self._seq = 0
+        self.active = 0
+        self.service = 0.0
+        self._last_ms = 0.0
+        self._version = 0
+        self._outages: list[tuple[float, float]] = []
+        self._outage_idx = 0
+        self._outage_end_ms = 0.0
+        self.bytes_sent = 0.0
+
+    # -- outage schedule -------------------------------------------------------------------------
+    def _outage(self, i: int) -> tuple[float, float] | None:
+        o = self.profile.outages
+        if o.rate_per_s <= 0:
+            return None
+        while len(self._outages) <= i:
+            start = self._outage_end_ms + self._outage_rng.expovariate(o.rate_per_s) * 1e3
+            dur = min(o.max_ms, o.min_ms * self._outage_rng.paretovariate(o.pareto_shape))
+            self._outage_end_ms = start + dur
+            self._outages.append((start, start + dur))
+        return self._outages[i]
+
+    def _uptime(self, t0: float, t1: float) -> float:
+        """Milliseconds in [t0, t1] with the link up."""
+        up, i = t1 - t0, self._outage_idx
+        while (o := self._outage(i)) is not None and o[0] < t1:
+            up -= max(0.0, min(t1, o[1]) - max(t0, o[0]))
+            i += 1
+        return up
+
+    def _time_after_uptime(self, t0: float, need: float) -> float:
+        """The earliest t with `need` ms of up-time in [t0, t]."""
+        t, i = t0, self._outage_idx
+        while True:
+            o = self._outage(i)
+            if o is None or t + need <= o[0]:
+                return t + need
+            if o[1] > t:
+                need -= max(0.0, o[0] - t)
+                t = o[1]
+            i += 1
+
+    def _skip_past_outages(self, t: float) -> None:
+        while (o := self._outage(self._outage_idx)) is not None and o[1] <= t:
+            self._outage_idx += 1
+
+    def in_outage(self, t: float) -> bool:
+        o = self._outage(self._outage_idx)
+        return o is not None and o[0] <= t < o[1]
+
+    # -- processor sharing ----------------------------------------------------------------------
+    def _advance(self) -> None:
+        now = self.loop.now
+        if self.active and self.rate_bytes_per_ms is not None:
+            self.service += self._uptime(self._last_ms, now) * self.rate_bytes_per_ms / self.active
+        self._last_ms = now
+        self._skip_past_outages(now)
+
+    def _reschedule(self) -> None:
+        self._version += 1
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        if not self._heap:
+            return
+        need_bytes = max(0.0, self._heap[0][0] - self.service)
+        up_ms = need_bytes * self.active / self.rate_bytes_per_ms  # type: ignore[operator]
+        self.loop.at(self._time_after_uptime(self.loop.now, up_ms), self._on_drain, self._version)
+
+    def _on_drain(self, version: int) -> None:
+        if version != self._version:
+            return
+        self._advance()
+        eps = 1e-6 * max(1.0, self.service)
+        while self._heap and (self._heap[0][2].cancelled or self._heap[0][0] <= self.service + eps):
+            _, _, tr = heapq.heappop(self._heap)
+            if tr.cancelled:
+                continue
+            self.active -= 1
+            tr.queued = False
+            self._deliver(tr)
+        self._reschedule()
+
+    def _deliver(self, tr: Transfer) -> None:
+        self.bytes_sent += tr.nbytes
+        self.loop.after(self.delay_ms + self._jitter_ms(), self._finish, tr)
+
+    def _finish(self, tr: Transfer) -> None:
+        if not tr.cancelled:
+            tr.done = True
+            tr.on_done(*tr.args)
+
+    def _jitter_ms(self) -> float:
+        j = self.profile.jitter
+        if j.distribution == "none" or (j.sd_ms == 0 and j.distribution != "empirical"):
+            return 0.0
+        if j.distribution == "normal":
+            x = self.rng.gauss(0.0, j.sd_ms)
+        elif j.distribution == "uniform":
+            x = self.rng.uniform(-j.sd_ms, j.sd_ms)
+        elif j.distribution == "pareto":
+            x = j.sd_ms * (self.rng.paretovariate(j.pareto_shape) - 1.0)
+        elif j.distribution == "lognormal":
+            x = self.rng.lognormvariate(0.0, 1.0) * j.sd_ms - j.sd_ms
+        else:
+            x = self.rng.choice(j.samples_ms)
+        return max(-self.delay_ms, x)
+
+    # -- API ------------------------------------------------------------------------------------
+    def send(self, nbytes: float, on_done: Callable[..., Any], *args: Any) -> Transfer:
+        """Start a transfer; on_done(*args) runs when the last byte has arrived."""
+        now = self.loop.now
+        tr = Transfer(nbytes, 0.0, now, on_done, args)
+        if self._replay is not None:
+            self.bytes_sent += nbytes
+            self.loop.after(next(self._replay), self._finish, tr)
+            return tr
+        if nbytes <= 0 or self.rate_bytes_per_ms is None:
+            self._deliver(tr)
+            return tr
+        self._advance()
+        tr.target = self.service + nbytes
+        heapq.heappush(self._heap, (tr.target, self._seq, tr))
+        tr.queued = True
+        self._seq += 1
+        self.active += 1
+        self._reschedule()
+        return tr
+
+    def cancel(self, tr: Transfer) -> float:
+        """Abort a transfer; returns the bytes that were not sent."""
+        if tr.done or tr.cancelled:
+            return 0.0
+        tr.cancelled = True
+        if not tr.queued:
+            return 0.0  # already on the wire: only its delivery is dropped
+        self._advance()
+        tr.queued = False
+        self.active -= 1
+        self._reschedule()
+        return max(0.0, tr.target - self.service)
+
+    def predict_ms(self, nbytes: float) -> float:
+        """What a transfer of nbytes started now would take if nothing else changes."""
+        if self._replay is not None:
+            return float(self.profile.transfer_latency_ms[0])
+        if self.rate_bytes_per_ms is None:
+            return self.delay_ms
+        return nbytes * (self.active + 1) / self.rate_bytes_per_ms + self.delay_ms

@@ -1,0 +1,68 @@
+"""A request's state during a simulation; becomes one record (pddbench/records.py) at the end."""
+
+from __future__ import annotations
+
+import math
+
+NAN = math.nan
+
+
+class SimRequest:
+    __slots__ = (
+        "request_id", "session_id", "turn", "arrival_ms", "input_tokens", "output_tokens", "hash_ids",
+        "p_cached_tokens", "decode_cached_tokens", "pipeline", "handoff_mode", "prefill_start_ms",
+        "prefill_end_ms", "first_token_ms", "finish_ms", "max_itl_ms", "kv_ready_ms", "wan_kv_ms",
+        "relay_tokens", "handoff_start_ms", "handoff_stall_ms", "relay_start_ms", "relay_end_ms",
+        "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes", "wan_kv_bytes_saved",
+        "transfer_aborted", "singular_flow", "failure_reason", "done", "md_first_ms",
+    )
+
+    def __init__(self, request_id: int, arrival_ms: float, input_tokens: int, output_tokens: int,
+                 hash_ids: list[int], session_id: int | None, turn: int | None):
+        self.request_id, self.arrival_ms = request_id, arrival_ms
+        self.input_tokens, self.output_tokens, self.hash_ids = input_tokens, max(1, output_tokens), hash_ids
+        self.session_id = -1 if session_id is None else session_id
+        self.turn = -1 if turn is None else turn
+        self.p_cached_tokens = self.decode_cached_tokens = 0
+        self.pipeline, self.handoff_mode = "p_d", "none"
+        self.prefill_start_ms = self.prefill_end_ms = self.first_token_ms = self.finish_ms = -1.0
+        self.max_itl_ms = 0.0
+        self.kv_ready_ms = self.wan_kv_ms = NAN
+        self.relay_tokens = 0
+        self.handoff_start_ms = self.handoff_stall_ms = self.md_first_ms = NAN
+        self.relay_start_ms = self.relay_end_ms = NAN
+        self.rdma_kv_bytes = self.wan_kv_bytes = self.wan_token_id_bytes = self.wan_kv_bytes_saved = 0
+        self.transfer_aborted = self.singular_flow = False
+        self.failure_reason = ""
+        self.done = False
+
+    def first_token(self, t: float) -> None:
+        if self.first_token_ms < 0 or t < self.first_token_ms:
+            self.first_token_ms = t
+
+    def record(self) -> dict:
+        failed = not self.done or bool(self.failure_reason)
+        ttft = self.first_token_ms - self.arrival_ms if not failed else NAN
+        e2e = self.finish_ms - self.arrival_ms if not failed else NAN
+        tpot = (e2e - ttft) / (self.output_tokens - 1) if not failed and self.output_tokens > 1 else NAN
+        relay_busy = (self.relay_end_ms - self.relay_start_ms) if not math.isnan(self.relay_start_ms) else 0.0
+        handoff_ms = self.md_first_ms - self.handoff_start_ms
+        return {
+            "request_id": self.request_id, "session_id": self.session_id, "turn": self.turn,
+            "arrival_ms": self.arrival_ms, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "p_cached_tokens": self.p_cached_tokens, "decode_cached_tokens": self.decode_cached_tokens,
+            "pipeline": self.pipeline, "handoff_mode": self.handoff_mode,
+            "prefill_start_ms": self.prefill_start_ms, "prefill_end_ms": self.prefill_end_ms,
+            "first_token_ms": self.first_token_ms if not failed else NAN,
+            "finish_ms": self.finish_ms if not failed else NAN,
+            "ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot,
+            "max_itl_ms": max(self.max_itl_ms, 0 if math.isnan(self.handoff_stall_ms) else self.handoff_stall_ms),
+            "kv_wait_ms": self.kv_ready_ms - self.prefill_end_ms if self.prefill_end_ms >= 0 else NAN,
+            "wan_kv_ms": self.wan_kv_ms,
+            "relay_tokens": self.relay_tokens, "main_tokens": self.output_tokens - self.relay_tokens,
+            "handoff_ms": handoff_ms, "handoff_stall_ms": self.handoff_stall_ms, "relay_busy_ms": relay_busy,
+            "rdma_kv_bytes": self.rdma_kv_bytes, "wan_kv_bytes": self.wan_kv_bytes,
+            "wan_token_id_bytes": self.wan_token_id_bytes, "wan_kv_bytes_saved": self.wan_kv_bytes_saved,
+            "transfer_aborted": self.transfer_aborted, "singular_flow": self.singular_flow,
+            "failed": failed, "failure_reason": self.failure_reason or ("unfinished" if failed else ""),
+        }
