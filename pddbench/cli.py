@@ -101,6 +101,92 @@ def trace_synth_cmd(
         console.print(f"wrote {len(reqs)} requests to {out}")
 
 
+SET_HELP = "Override a scenario value: dotted.path=value (YAML syntax), e.g. --set sla.ttft_ms=1500. Repeatable."
+
+
+@app.command("run")
+def run_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (see scenarios/)."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (must be new or empty). Default: results/<name>/<run-id>/."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default run folder."),
+) -> None:
+    """Run a scenario (simulator): writes scenario.yaml, records.parquet, summary.json, figures, run.log.
+
+    --set workload.trace=PATH replays any Mooncake-format trace."""
+    from pddbench.report.tables import print_summary
+    from pddbench.runner import run_scenario
+
+    run_dir = run_scenario(scenario, set_, results, out)
+    print_summary(json.loads((run_dir / "summary.json").read_text()))
+    console.print(f"[green]wrote[/] {run_dir}")
+
+
+@app.command("capacity")
+def capacity_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    iterations: int = typer.Option(7, "--iterations", min=1, max=20, help="Bisection steps after bracketing."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for capacity.json and capacity.png (default: a new results/<name>-capacity/<run-id>/)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds;
+    reports throughput_within_sla_rps and bcr (that rate per unit of hardware cost per hour)."""
+    from pddbench.capacity import search_capacity
+    from pddbench.io import new_run_dir, write_json
+    from pddbench.report.capacity_figure import capacity_figure
+    from pddbench.scenario import load_scenario
+
+    sc = load_scenario(scenario, set_)
+    result = search_capacity(sc, iterations, on_step=lambda r: console.print(
+        f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken'}"
+        f"  (p90 TTFT {r['ttft_p90_ms'] or 0:,.0f} ms, p90 TPOT {r['tpot_p90_ms'] or 0:,.1f} ms)", highlight=False))
+    folder = out or new_run_dir(results, f"{sc.name}-capacity")
+    write_json(folder / "capacity.json", result)
+    capacity_figure(result, folder / "capacity.png")
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        console.print(f"throughput within SLA: [bold]{result['throughput_within_sla_rps']:.3f} req/s[/], "
+                      f"cost {result['cost_per_hour']}/h, BCR {result['bcr']}; wrote {folder}")
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: List[Path] = typer.Argument(..., help="Run folders written by `pddbench run`."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for comparison.csv/json and figures (default: a new results/compare/<run-id>/)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+) -> None:
+    """Put runs side by side: a table (TTFT, goodput, WAN bytes, relay share, handoff stalls, cost)
+    and figures (TTFT CDFs, metric bars)."""
+    from pddbench.compare import compare_runs
+    from pddbench.io import new_run_dir
+    from pddbench.report.tables import print_comparison
+
+    folder = out or new_run_dir(results, "compare")
+    table = compare_runs(runs, folder)
+    print_comparison(table)
+    console.print(f"[green]wrote[/] {folder}")
+
+
+@app.command("sim-speed")
+def sim_speed_cmd(
+    scenario: Path = typer.Argument(Path("scenarios/paper/pdd.yaml"), help="Scenario YAML."),
+    requests: int = typer.Option(100_000, "--requests", min=1, help="Requests to generate and simulate."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Measure the simulator: simulated requests per wall-second on a generated workload."""
+    from pddbench.runner import simulate_summary
+    from pddbench.scenario import load_scenario
+
+    sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.trace=null", *set_])
+    _, s = simulate_summary(sc, show_progress=True)
+    rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
+    print(json.dumps({"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],
+                      "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1)}))
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),

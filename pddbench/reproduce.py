@@ -1,5 +1,6 @@
-"""The main job (`make run`): analyse the shipped and generated traces, then run the paper's
-deployments in the simulator and compare them. Everything lands in one new run folder."""
+"""The main job (`make run`): analyse the shipped and generated traces, run the paper's
+deployments in the simulator, compare them, search their capacity, and put the simulated figures
+beside the article's. Everything lands in one new run folder."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConf
 from pddbench.workload.trace import load_trace, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "scenarios" / "paper"
 console = Console(stderr=True)
+
+# What the article reported (pdd-brief.md), beside which the simulated figures are put.
+ARTICLE = {
+    "ttft_change_vs_baseline": -0.515,
+    "throughput_within_sla_change": 0.278,
+    "bcr_change_up_to": 0.375,
+    "cost_change": "-3.5% .. -7.1%",
+    "relay_token_share_64k_1k_90hit": 0.062,
+}
 
 
 def analyse_traces(out: Path) -> dict:
@@ -36,9 +47,59 @@ def analyse_traces(out: Path) -> dict:
     return overview
 
 
+def _change(new: float | None, old: float | None) -> float | None:
+    return None if not new or not old else round(new / old - 1, 4)
+
+
+def simulate_paper(out: Path) -> dict:
+    from pddbench.capacity import search_capacity
+    from pddbench.compare import compare_runs
+    from pddbench.runner import run_scenario
+    from pddbench.scenario import load_scenario
+
+    runs = {}
+    names = ["same-dc-pd", "cross-dc-pd", "pdd", "pdd-one-shot", "pdd-catch-up", "pdd-relay-only-ablation",
+             "pdd-no-singular-filter", "pdd-64k-1k-90hit"]
+    for name in names:
+        runs[name] = run_scenario(PAPER / f"{name}.yaml", [], out, out / "runs" / name)
+        console.print(f"  simulated {name}")
+    compare_runs([runs[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments")
+    compare_runs([runs[n] for n in ("pdd-one-shot", "pdd-catch-up", "pdd")], out / "compare-handoff-modes")
+    compare_runs([runs[n] for n in ("pdd", "pdd-relay-only-ablation", "pdd-no-singular-filter")],
+                 out / "compare-ablations")
+    capacity = {}
+    for name in ("same-dc-pd", "cross-dc-pd", "pdd"):
+        capacity[name] = search_capacity(load_scenario(PAPER / f"{name}.yaml"))
+        console.print(f"  capacity {name}: {capacity[name]['throughput_within_sla_rps']:.2f} req/s")
+    write_json(out / "capacity.json", capacity)
+
+    import json
+
+    s = {n: json.loads((runs[n] / "summary.json").read_text()) for n in names}
+    base, pdd, cross = s["same-dc-pd"], s["pdd"], s["cross-dc-pd"]
+    simulated = {
+        "ttft_mean_change_vs_same_dc": _change(pdd["ttft_ms"]["mean"], base["ttft_ms"]["mean"]),
+        "ttft_p90_change_vs_same_dc": _change(pdd["ttft_ms"]["p90"], base["ttft_ms"]["p90"]),
+        "ttft_mean_change_vs_cross_dc": _change(pdd["ttft_ms"]["mean"], cross["ttft_ms"]["mean"]),
+        "ttft_p90_change_vs_cross_dc": _change(pdd["ttft_ms"]["p90"], cross["ttft_ms"]["p90"]),
+        "throughput_within_sla_change": _change(capacity["pdd"]["throughput_within_sla_rps"],
+                                                capacity["same-dc-pd"]["throughput_within_sla_rps"]),
+        "bcr_change": _change(capacity["pdd"]["bcr"], capacity["same-dc-pd"]["bcr"]),
+        "cost_change": _change(pdd["cost_per_hour"], base["cost_per_hour"]),
+        "relay_token_share_64k_1k_90hit": s["pdd-64k-1k-90hit"]["relay_token_share"],
+        "relay_only_ablation_hit_rates": {"p": s["pdd-relay-only-ablation"]["p_hit_rate"],
+                                          "decode": s["pdd-relay-only-ablation"]["decode_hit_rate"]},
+    }
+    return {"article": ARTICLE, "simulated": simulated, "runs": {n: str(p.relative_to(out)) for n, p in runs.items()}}
+
+
 def reproduce(results_root: Path) -> Path:
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] -> {out}")
     overview = {"traces": analyse_traces(out)}
+    overview["paper"] = simulate_paper(out)
     write_json(out / "overview.json", overview)
+    from pddbench.report.tables import print_article_vs_sim
+
+    print_article_vs_sim(overview["paper"])
     return out

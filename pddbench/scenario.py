@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
 from pddbench.sim.latency import LatencyConfig
+from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
 
@@ -25,6 +26,7 @@ class _Strict(BaseModel):
 class Workload(_Strict):
     trace: str | None = Field(None, description="Mooncake JSONL trace; when unset, `synth` generates one")
     synth: SynthConfig = Field(default_factory=SynthConfig)
+    fixed: FixedConfig | None = Field(None, description="a fixed-shape workload instead of `synth` (when no trace)")
     block_size: int = Field(512, ge=1)
     rate_scale: float = Field(1.0, gt=0, description="arrival rate multiplier (timestamps divided by it)")
     max_requests: int | None = Field(None, ge=1)

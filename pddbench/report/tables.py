@@ -11,6 +11,10 @@ console = Console()
 def _fmt(x) -> str:
     if x is None:
         return "-"
+    if isinstance(x, float) and x != x:
+        return "-"
+    if isinstance(x, float) and x.is_integer() and abs(x) >= 1:
+        return f"{int(x):,}"
     if isinstance(x, float):
         return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.1f}"
     return f"{x:,}" if isinstance(x, int) else str(x)
@@ -34,3 +38,51 @@ def print_trace_stats(s: dict) -> None:
         h.add_column(label, justify="right")
     h.add_row(*(f"{f * 100:.1f}%" for f in s["hit_rate_histogram"]["fraction"]))
     console.print(h)
+
+
+def print_summary(s: dict) -> None:
+    t = Table(title=f"{s.get('scenario', '')} ({s['deployment']}, {s.get('runtime', '')})", show_header=False)
+    t.add_row("requests completed / failed", f"{s['requests_completed']:,} / {s['requests_failed']:,}")
+    for key in ("ttft_ms", "tpot_ms"):
+        d = s[key]
+        t.add_row(f"{key} p50/p90/p99/mean", " / ".join(_fmt(d[k]) for k in ("p50", "p90", "p99", "mean")))
+    t.add_row("SLA holds", str(s["sla_holds"]))
+    t.add_row("SLO attainment", _fmt(s["slo_attainment"]))
+    t.add_row("goodput (req/s)", _fmt(s["goodput_rps"]))
+    t.add_row("WAN KV bytes", f"{s['wan_kv_bytes']:,}")
+    t.add_row("relay token share", _fmt(s["relay_token_share"]))
+    t.add_row("aborted transfers", _fmt(s["aborted_transfers"]))
+    t.add_row("cost per hour", _fmt(s["cost_per_hour"]))
+    if "sim_wall_s" in s:
+        t.add_row("sim wall (s)", _fmt(s["sim_wall_s"]))
+    console.print(t)
+
+
+def print_comparison(table) -> None:
+    t = Table(title="comparison")
+    t.add_column("metric")
+    for col in table.columns:
+        t.add_column(str(col), justify="right")
+    for metric, row in table.iterrows():
+        t.add_row(str(metric), *(_fmt(v if not hasattr(v, "item") else v.item()) for v in row))
+    console.print(t)
+
+
+def print_article_vs_sim(paper: dict) -> None:
+    a, s = paper["article"], paper["simulated"]
+
+    def pct(x):
+        return "-" if x is None else f"{x * 100:+.1f}%"
+
+    t = Table(title="article vs simulated (scenarios/paper, assumptions in the YAML)")
+    t.add_column("figure")
+    t.add_column("article", justify="right")
+    t.add_column("simulated", justify="right")
+    t.add_row("TTFT, PDD vs same-DC PD (mean)", pct(a["ttft_change_vs_baseline"]), pct(s["ttft_mean_change_vs_same_dc"]))
+    t.add_row("TTFT, PDD vs naive cross-DC PD (p90)", "-", pct(s["ttft_p90_change_vs_cross_dc"]))
+    t.add_row("throughput within SLA", pct(a["throughput_within_sla_change"]), pct(s["throughput_within_sla_change"]))
+    t.add_row("BCR", f"up to {pct(a['bcr_change_up_to'])}", pct(s["bcr_change"]))
+    t.add_row("hardware cost", a["cost_change"], pct(s["cost_change"]))
+    t.add_row("relay token share (64K, 1K out, 90% hit)", f"{a['relay_token_share_64k_1k_90hit'] * 100:.1f}%",
+              f"{s['relay_token_share_64k_1k_90hit'] * 100:.1f}%")
+    console.print(t)

@@ -12,6 +12,7 @@ from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.request import SimRequest
+from pddbench.workload.fixed import fixed_requests
 from pddbench.workload.synth import synthesize
 from pddbench.workload.trace import Request, load_trace
 
@@ -20,6 +21,8 @@ def workload_requests(sc: Scenario) -> list[Request]:
     w = sc.workload
     if w.trace:
         reqs = load_trace(w.trace, w.block_size)
+    elif w.fixed is not None:
+        reqs = fixed_requests(w.fixed, w.block_size)
     else:
         reqs = synthesize(w.synth.model_copy(update={"block_size": w.block_size}))
     return reqs[: w.max_requests] if w.max_requests else reqs
@@ -53,7 +56,14 @@ def simulate(sc: Scenario, reqs: list[Request] | None = None,
 
     first = next(arrivals)
     loop.at(first.arrival_ms, arrive, first)
-    loop.run(on_progress=(lambda t: on_progress(t, last_arrival)) if on_progress else None)
+    interrupted = False
+    try:
+        loop.run(on_progress=(lambda t: on_progress(t, last_arrival)) if on_progress else None)
+    except KeyboardInterrupt:
+        interrupted = True  # keep what was simulated; unfinished requests are recorded as failed
+        for r in sim_reqs:
+            if not r.done:
+                r.failure_reason = "interrupted"
     records = to_frame([r.record() for r in sim_reqs])
     facts = {
         "cost_per_hour": hardware_cost_per_hour(sc),
@@ -65,5 +75,6 @@ def simulate(sc: Scenario, reqs: list[Request] | None = None,
                for d in cluster.decode + cluster.relay},
         },
         "wan_bytes_sent": int(cluster.wan.bytes_sent),
+        "interrupted": interrupted,
     }
     return records, facts
