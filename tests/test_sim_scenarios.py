@@ -1,0 +1,148 @@
+"""Invariants of whole simulated deployments on the paper scenarios (small workloads)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pddbench.runner import simulate_summary
+from pddbench.scenario import load_scenario
+from tests.conftest import REPO, run_cli
+
+PAPER = REPO / "scenarios" / "paper"
+SMALL = ["workload.synth.requests=1200"]
+INSTANT = "{delay_ms: 0, rate_gbps: null}"
+
+
+def sim(name, *overrides):
+    sc = load_scenario(PAPER / f"{name}.yaml", [*SMALL, *overrides])
+    return simulate_summary(sc)
+
+
+@pytest.fixture(scope="module")
+def three():
+    return {n: sim(n) for n in ("same-dc-pd", "cross-dc-pd", "pdd")}
+
+
+def test_every_request_accounted_and_tokens_conserved(three):
+    for name, (rec, s) in three.items():
+        assert s["requests_completed"] + s["requests_failed"] == 1200
+        assert (rec.loc[rec["failed"], "failure_reason"] != "").all()
+        ok = rec[~rec["failed"]]
+        assert ((ok["relay_tokens"] + ok["main_tokens"]) == ok["output_tokens"]).all(), name
+        assert (ok["ttft_ms"] > 0).all() and (ok["e2e_ms"] >= ok["ttft_ms"]).all()
+        assert (ok["first_token_ms"] >= ok["prefill_end_ms"]).all()
+
+
+def test_pdd_closes_most_of_the_cross_dc_gap(three):
+    same, cross, pdd = (three[n][1]["ttft_ms"] for n in ("same-dc-pd", "cross-dc-pd", "pdd"))
+    assert cross["p90"] > 3 * same["p90"]
+    gap = cross["p90"] - same["p90"]
+    assert pdd["p90"] < same["p90"] + 0.5 * gap
+    assert three["pdd"][1]["cost_per_hour"] < three["same-dc-pd"][1]["cost_per_hour"]
+
+
+def test_instant_wan_makes_cross_dc_equal_same_dc():
+    same, _ = sim("same-dc-pd", f"network.rdma={INSTANT}")
+    cross, _ = sim("cross-dc-pd", f"network.wan={INSTANT}")
+    np.testing.assert_allclose(same["ttft_ms"], cross["ttft_ms"])
+    np.testing.assert_allclose(same["e2e_ms"], cross["e2e_ms"])
+
+
+def test_more_wan_bandwidth_never_hurts_cross_dc_ttft():
+    prev = None
+    for gbps in (5, 10, 25, 100):
+        rec, s = sim("cross-dc-pd", f"network.wan={{delay_ms: 15, rate_gbps: {gbps}}}")
+        cur = s["ttft_ms"]
+        if prev is not None:
+            for q in ("p50", "p90", "p99", "mean"):
+                assert cur[q] <= prev[q] + 1e-6, (gbps, q)
+        prev = cur
+
+
+def test_full_hit_pdd_degenerates_to_p_md():
+    rec, s = sim("pdd", "workload.fixed={requests: 200, input_tokens: 8192, output_tokens: 64, hit_rate: 1.0, rate_rps: 2}")
+    full = rec[rec["decode_cached_tokens"] == rec["input_tokens"]]
+    assert len(full) >= 0.9 * len(rec)
+    assert (full["pipeline"] == "p_md").all() and (full["relay_tokens"] == 0).all()
+    assert (full["wan_kv_bytes"] == 0).all()
+
+
+def test_relay_only_ablation_drifts_md_hit_and_loads_relay(three):
+    rec, s = sim("pdd-relay-only-ablation")
+    pdd = three["pdd"][1]
+    assert s["decode_hit_rate"] < s["p_hit_rate"] - 0.3
+    assert pdd["decode_hit_rate"] > pdd["p_hit_rate"] - 0.1
+    assert s["relay_token_share"] > 5 * pdd["relay_token_share"]
+    relay = rec[rec["pipeline"] == "p_rld"]
+    assert relay["tpot_ms"].median() > rec.loc[rec["pipeline"] == "p_md", "tpot_ms"].median()
+
+
+def test_singular_filter_saves_wan_bytes(three):
+    on = three["pdd"][1]
+    rec_off, off = sim("pdd-no-singular-filter")
+    assert on["singular_flows"] > 0 and on["wan_kv_bytes_saved"] > 0
+    assert off["singular_flows"] == 0
+    assert on["wan_kv_bytes"] < off["wan_kv_bytes"]
+
+
+def test_handoff_modes_trade_stall_for_relay_time():
+    fixed = "workload.fixed={requests: 120, input_tokens: 64512, output_tokens: 1024, hit_rate: 0.5, rate_rps: 0.5}"
+    one_rec, one = sim("pdd-64k-1k-90hit", fixed, "policy.handoff_mode=one_shot")
+    cu_rec, cu = sim("pdd-64k-1k-90hit", fixed, "policy.handoff_mode=catch_up")
+    assert one["handoff_modes"].get("one_shot", 0) > 50 and cu["handoff_modes"].get("catch_up", 0) > 50
+    assert one["handoff_stall_ms"]["mean"] > cu["handoff_stall_ms"]["mean"]
+    assert cu["relay_busy_ms"]["mean"] > one["relay_busy_ms"]["mean"]
+    assert (one_rec["wan_token_id_bytes"] > 0).any() and (cu_rec["wan_token_id_bytes"] > one_rec["wan_token_id_bytes"]).mean() > 0.5
+
+
+def test_same_seed_byte_identical_run_folders(tmp_path):
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        res = run_cli("run", PAPER / "pdd.yaml", "--set", "workload.synth.requests=300", "--out", out)
+        assert res.returncode == 0, res.stderr
+    a, b = ((o / "records.parquet").read_bytes() for o in outs)
+    assert a == b
+    sa, sb = (json.loads((o / "summary.json").read_text()) for o in outs)
+    sa.pop("sim_wall_s"), sb.pop("sim_wall_s")
+    assert sa == sb
+    assert {p.name for p in outs[0].iterdir()} >= {"scenario.yaml", "records.parquet", "summary.json",
+                                                   "ttft_cdf.png", "ttft_legs.png", "run.log"}
+    summary = json.loads((outs[0] / "summary.json").read_text())
+    for key in ("schema_version", "deployment", "requests_completed", "requests_failed", "goodput_rps",
+                "slo_attainment", "wan_kv_bytes", "relay_token_share", "aborted_transfers", "cost_per_hour",
+                "sim_wall_s"):
+        assert key in summary
+    assert set(summary["ttft_ms"]) >= {"p50", "p90", "p99", "mean"}
+    # a different seed changes the workload and so the records
+    res = run_cli("run", PAPER / "pdd.yaml", "--set", "workload.synth.requests=300", "--set",
+                  "workload.synth.seed=1", "--out", tmp_path / "c")
+    assert (tmp_path / "c" / "records.parquet").read_bytes() != a
+
+
+def test_run_refuses_to_overwrite_and_bad_scenario(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep").write_text("mine")
+    res = run_cli("run", PAPER / "pdd.yaml", "--out", tmp_path / "x")
+    assert res.returncode == 2 and "not empty" in res.stderr
+    res = run_cli("run", PAPER / "pdd.yaml", "--set", "sla.ttft_ms=-3")
+    assert res.returncode == 2 and "sla.ttft_ms" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_trace_replay_and_capacity_cli(tmp_path, mooncake_path):
+    res = run_cli("run", PAPER / "cross-dc-pd.yaml", "--set", f"workload.trace={mooncake_path}",
+                  "--set", "workload.max_requests=400", "--out", tmp_path / "r")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["requests_total"] == 400
+    res = run_cli("capacity", PAPER / "same-dc-pd.yaml", "--set", "workload.synth.requests=400",
+                  "--iterations", "3", "--json", "--out", tmp_path / "cap")
+    assert res.returncode == 0, res.stderr
+    cap = json.loads(res.stdout)
+    assert cap["throughput_within_sla_rps"] > 0 and cap["bcr"] == pytest.approx(
+        cap["throughput_within_sla_rps"] / cap["cost_per_hour"], rel=1e-6)
+    holds = [p for p in cap["probes"] if p["sla_holds"]]
+    broken = [p for p in cap["probes"] if not p["sla_holds"]]
+    assert broken and max(p["offered_rps"] for p in holds) < min(p["offered_rps"] for p in broken)
+    res = run_cli("compare", tmp_path / "r", "--out", tmp_path / "cmp")
+    assert res.returncode == 0 and (tmp_path / "cmp" / "comparison.csv").is_file()

@@ -1,0 +1,151 @@
+"""Unit tests of the simulator's parts on hand-checkable numbers."""
+
+import pytest
+
+from netem.profile import LinkProfile, Outages
+from pddbench.errors import InputError
+from pddbench.sim.decode import DecodeInstance, DecodeJob
+from pddbench.sim.engine import EventLoop
+from pddbench.sim.latency import Calibrated
+from pddbench.sim.link import Link
+
+
+class Req:
+    def __init__(self, hash_ids=(1,)):
+        self.hash_ids = list(hash_ids)
+
+
+class ConstLatency:
+    def __init__(self, step_ms=10.0, per_extend_ms=1.0):
+        self.step_ms, self.per_extend_ms = step_ms, per_extend_ms
+
+    def prefill_ms(self, tokens, attn_pairs):
+        return tokens * 0.01
+
+    def decode_ms(self, batch, kv_tokens, extend_tokens=0):
+        return self.step_ms + self.per_extend_ms * extend_tokens
+
+
+def test_event_loop_orders_ties_by_insertion():
+    loop, seen = EventLoop(), []
+    for name in "abc":
+        loop.at(5.0, seen.append, name)
+    loop.at(1.0, seen.append, "first")
+    loop.run()
+    assert seen == ["first", "a", "b", "c"] and loop.now == 5.0
+
+
+def _link(**kw):
+    loop = EventLoop()
+    return loop, Link(loop, LinkProfile(**kw), "wan")
+
+
+def test_link_shares_bandwidth_equally():
+    # 8 Gbit/s = 1e6 B/ms; two 1e6 B transfers together take 2 ms, plus 5 ms delay
+    loop, link = _link(rate_gbps=8, delay_ms=5)
+    done = {}
+    link.send(1e6, lambda: done.setdefault("a", loop.now))
+    link.send(1e6, lambda: done.setdefault("b", loop.now))
+    loop.run()
+    assert done["a"] == pytest.approx(7.0) and done["b"] == pytest.approx(7.0)
+
+
+def test_link_late_joiner_and_cancel():
+    loop, link = _link(rate_gbps=8)
+    done = {}
+    tr_a = link.send(2e6, lambda: done.setdefault("a", loop.now))
+    loop.at(1.0, lambda: link.send(1e6, lambda: done.setdefault("b", loop.now)))
+    saved = {}
+    loop.at(1.5, lambda: saved.setdefault("a", link.cancel(tr_a)))
+    loop.run()
+    # a alone for 1 ms (1e6 B), then shared: by 1.5 ms a has 1.25e6 B; b then runs alone
+    assert saved["a"] == pytest.approx(0.75e6)
+    assert "a" not in done
+    assert done["b"] == pytest.approx(1.5 + 0.75)
+
+
+def test_link_outage_stretches_transfer():
+    prof = dict(rate_gbps=8, outages=Outages(rate_per_s=0.5, min_ms=1000, pareto_shape=50, max_ms=1000))
+    loop, link = _link(**prof)
+    first_outage = link._outage(0)
+    done = {}
+    loop.at(first_outage[0] - 1, lambda: link.send(2e6, lambda: done.setdefault("t", loop.now)))
+    loop.run()
+    # 1 ms before the outage, 1e6 B remain when it starts; they go after it ends
+    assert done["t"] == pytest.approx(first_outage[1] + 1.0, rel=1e-9)
+    assert first_outage[1] - first_outage[0] == pytest.approx(1000, rel=0.02)
+
+
+def test_link_replays_transfer_latencies():
+    loop, link = _link(rate_gbps=1, transfer_latency_ms=[100, 2000])
+    done = []
+    for _ in range(3):
+        link.send(1e9, lambda: done.append(loop.now))
+    loop.run()
+    assert done == [100, 100, 2000]
+
+
+def test_decode_tokens_and_finish_time():
+    loop = EventLoop()
+    d = DecodeInstance(loop, "D0", ConstLatency(10.0), kv_capacity_tokens=10_000, max_batch=8, cache=None, block_size=512)
+    out = {}
+    job = DecodeJob(Req(), 100, 5, 0, lambda j: out.setdefault("first", j.first_token_ms),
+                    lambda j, t: out.setdefault("finish", t))
+    d.submit(job)
+    loop.run()
+    assert out == {"first": 10.0, "finish": 50.0}
+
+
+def test_decode_admission_waits_for_kv_capacity():
+    loop = EventLoop()
+    d = DecodeInstance(loop, "D0", ConstLatency(10.0), kv_capacity_tokens=150, max_batch=8, cache=None, block_size=512)
+    fin = {}
+    for name in "ab":
+        d.submit(DecodeJob(Req(), 100, 3, 0, None, lambda j, t, n=name: fin.setdefault(n, t)))
+    loop.run()
+    assert fin["a"] == 30.0 and fin["b"] == 60.0  # b waited for a's KV to be released
+
+
+def test_decode_stop_counts_produced_tokens():
+    loop = EventLoop()
+    d = DecodeInstance(loop, "D0", ConstLatency(10.0), kv_capacity_tokens=10_000, max_batch=8, cache=None, block_size=512)
+    job = DecodeJob(Req(), 100, 50, 0, None, lambda j, t: None)
+    d.submit(job)
+    got = {}
+    loop.at(35.0, lambda: got.setdefault("stop", d.stop(job)))
+    loop.run()
+    assert got["stop"] == (4, 40.0)  # the step in progress at 35 ms completes at 40 ms
+
+
+def test_extend_pauses_the_batch():
+    loop = EventLoop()
+    d = DecodeInstance(loop, "D0", ConstLatency(10.0, per_extend_ms=1.0), 10_000, 8, None, 512)
+    fin = {}
+    d.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("a", t)))
+    loop.at(25.0, lambda: d.submit(DecodeJob(Req(), 100, 2, 20, None, lambda j, t: fin.setdefault("b", t))))
+    loop.run()
+    # b joins at 30 ms after a 20 ms extend pause: tokens at 60, 70; a is delayed by 20 ms
+    assert fin == {"b": 70.0, "a": 120.0}
+
+
+def test_calibrated_fit_recovers_coefficients(tmp_path):
+    rows = ["phase,tokens,attn_pairs,batch,kv_tokens,step_ms"]
+    for t in (128, 1024, 4096, 8192):
+        for a in (0, 1e6, 4e6):
+            rows.append(f"prefill,{t},{a},,,{5 + 0.1 * t + 2e-6 * a}")
+    for b in (1, 8, 32):
+        for kv in (1000, 50000):
+            rows.append(f"decode,,,{b},{kv},{3 + 0.2 * b + 1e-4 * kv}")
+    path = tmp_path / "cal.csv"
+    path.write_text("\n".join(rows) + "\n")
+    m = Calibrated.fit_csv(path)
+    assert m.prefill_ms(2000, 2e6) == pytest.approx(5 + 200 + 4, rel=1e-6)
+    assert m.decode_ms(16, 20000) == pytest.approx(3 + 3.2 + 2, rel=1e-6)
+
+
+def test_calibration_csv_errors_name_line(tmp_path):
+    path = tmp_path / "cal.csv"
+    path.write_text("phase,tokens,attn_pairs,batch,kv_tokens,step_ms\nprefill,1,0,,,1\nwarmup,1,0,,,1\n")
+    with pytest.raises(InputError) as exc:
+        Calibrated.fit_csv(path)
+    assert exc.value.line == 3 and exc.value.field == "phase"
