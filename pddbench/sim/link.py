@@ -18,6 +18,7 @@ import random
 from typing import Any, Callable
 
 from netem.profile import LinkProfile
+from netem.sampling import JitterSampler, OutageSchedule
 from pddbench.sim.engine import EventLoop
 
 
@@ -38,8 +39,8 @@ class Link:
         rate = profile.forward.rate_gbps or profile.rate_gbps
         self.rate_bytes_per_ms = None if rate is None else rate * lines * 1e9 / 8 / 1e3
         self.delay_ms = profile.forward.delay_ms if profile.forward.delay_ms is not None else profile.delay_ms
-        self.rng = random.Random(f"{profile.seed}:{name}")
-        self._outage_rng = random.Random(f"{profile.seed}:{name}:outages")
+        self._jitter = JitterSampler(profile.jitter, random.Random(f"{profile.seed}:{name}"))
+        self._schedule = OutageSchedule(profile.outages, random.Random(f"{profile.seed}:{name}:outages"))
         self._replay = itertools.cycle(profile.transfer_latency_ms) if profile.transfer_latency_ms else None
         self._heap: list[tuple[float, int, Transfer]] = []
         self._seq = 0
@@ -47,22 +48,12 @@ class Link:
         self.service = 0.0
         self._last_ms = 0.0
         self._version = 0
-        self._outages: list[tuple[float, float]] = []
         self._outage_idx = 0
-        self._outage_end_ms = 0.0
         self.bytes_sent = 0.0
 
     # -- outage schedule -------------------------------------------------------------------------
     def _outage(self, i: int) -> tuple[float, float] | None:
-        o = self.profile.outages
-        if o.rate_per_s <= 0:
-            return None
-        while len(self._outages) <= i:
-            start = self._outage_end_ms + self._outage_rng.expovariate(o.rate_per_s) * 1e3
-            dur = min(o.max_ms, o.min_ms * self._outage_rng.paretovariate(o.pareto_shape))
-            self._outage_end_ms = start + dur
-            self._outages.append((start, start + dur))
-        return self._outages[i]
+        return self._schedule.window(i)
 
     def _uptime(self, t0: float, t1: float) -> float:
         """Milliseconds in [t0, t1] with the link up."""
@@ -134,20 +125,7 @@ class Link:
             tr.on_done(*tr.args)
 
     def _jitter_ms(self) -> float:
-        j = self.profile.jitter
-        if j.distribution == "none" or (j.sd_ms == 0 and j.distribution != "empirical"):
-            return 0.0
-        if j.distribution == "normal":
-            x = self.rng.gauss(0.0, j.sd_ms)
-        elif j.distribution == "uniform":
-            x = self.rng.uniform(-j.sd_ms, j.sd_ms)
-        elif j.distribution == "pareto":
-            x = j.sd_ms * (self.rng.paretovariate(j.pareto_shape) - 1.0)
-        elif j.distribution == "lognormal":
-            x = self.rng.lognormvariate(0.0, 1.0) * j.sd_ms - j.sd_ms
-        else:
-            x = self.rng.choice(j.samples_ms)
-        return max(-self.delay_ms, x)
+        return max(-self.delay_ms, self._jitter.sample_ms())
 
     # -- API ------------------------------------------------------------------------------------
     def send(self, nbytes: float, on_done: Callable[..., Any], *args: Any) -> Transfer:

@@ -1,0 +1,186 @@
+"""`pddbench netem up|down|status`: build the emulated WAN, tear it down, report it.
+
+State lives in /run/pddbench-netem/ (state.json, resolved profile, delay-line pid/ready/stats
+files). `down` is idempotent and also removes what a crashed run left: every pddb- namespace and
+veth, and every delay line recorded there or found by its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from netem.profile import LinkProfile
+from netem.topology import Topology, create, destroy_namespaces, ns_exec, our_namespaces, read_tcp_settings
+
+STATE_DIR = Path(os.environ.get("PDDBENCH_NETEM_STATE", "/run/pddbench-netem"))
+RULE_COMMENT = "pddbench"
+QUEUE = 0
+
+
+class NetemError(RuntimeError):
+    pass
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise NetemError("network emulation needs root (namespaces, qdiscs, iptables); run as root "
+                         "or use the simulator (runtime: sim), which needs none")
+
+
+def probe() -> dict:
+    """What this host can do, tried for real: kernel netem, NFQUEUE + iptables, root."""
+    from netem.kernel_netem import kernel_netem_available
+
+    info = {"root": os.geteuid() == 0, "iptables": shutil.which("iptables") is not None}
+    if info["root"]:
+        ok, reason = kernel_netem_available()
+    else:
+        ok, reason = False, "not root"
+    info["kernel_netem"], info["kernel_netem_reason"] = ok, reason
+    info["nfqueue"] = info["root"] and info["iptables"] and Path("/proc/net/netfilter").exists()
+    if ok:
+        info["backend"] = "kernel-netem"
+    elif info["nfqueue"]:
+        info["backend"] = "tbf+nfqueue"
+    else:
+        info["backend"] = None
+    return info
+
+
+def _delay_line_cmd(host_ns: str, direction: str) -> list[str]:
+    d = STATE_DIR
+    return ["ip", "netns", "exec", host_ns, sys.executable, "-m", "netem.delayline", "--queue", str(QUEUE),
+            "--profile", str(d / "profile.json"), "--direction", direction,
+            "--stats", str(d / f"stats-{direction}.json"), "--ready", str(d / f"ready-{direction}.json")]
+
+
+def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 15.0) -> dict:
+    """Create dc-a/dc-b and shape the link both ways; on any failure or Ctrl-C, tear down."""
+    _require_root()
+    if our_namespaces() or (STATE_DIR / "state.json").exists():
+        raise NetemError("an emulated WAN is already up; run `pddbench netem down` first")
+    info = probe()
+    chosen = info["backend"] if backend == "auto" else backend
+    if chosen is None:
+        raise NetemError("no emulation backend here: need root, iptables (apt-get install iptables) and NFQUEUE")
+    topo = Topology.two_dc()
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        create(topo)
+        (STATE_DIR / "profile.json").write_text(profile.model_dump_json())
+        shaping = {}
+        for host, direction in ((topo.host("a"), "forward"), (topo.host("b"), "reverse")):
+            over = getattr(profile, direction)
+            rate = over.rate_gbps or profile.rate_gbps
+            if chosen == "kernel-netem":
+                from netem.kernel_netem import apply_netem
+
+                apply_netem(host.netns, host.ifname, profile, direction)
+                shaping[direction] = "netem"
+                continue
+            if rate is not None:
+                from netem.shaping import apply_rate
+
+                shaping[direction] = apply_rate(host.netns, host.ifname, rate / profile.rate_scale)
+            ns_exec(host.netns, "iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", host.ifname,
+                    "-m", "comment", "--comment", RULE_COMMENT, "-j", "NFQUEUE", "--queue-num", str(QUEUE))
+            proc = subprocess.Popen(_delay_line_cmd(host.netns, direction), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=open(STATE_DIR / f"delayline-{direction}.log", "w"),
+                                    start_new_session=True)
+            (STATE_DIR / f"pid-{direction}").write_text(str(proc.pid))
+        if chosen != "kernel-netem":
+            _wait_ready(ready_timeout_s)
+        state = {"backend": chosen, "profile": profile.model_dump(mode="json"), "topology": topo.to_dict(),
+                 "tcp": {h.dc: read_tcp_settings(h.netns) for h in topo.hosts}, "shaping": shaping,
+                 "rate_scale": profile.rate_scale, "probe": info, "started": time.time()}
+        (STATE_DIR / "state.json").write_text(json.dumps(state, indent=2))
+        return state
+    except BaseException:
+        down()
+        raise
+
+
+def _wait_ready(timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for direction in ("forward", "reverse"):
+        path = STATE_DIR / f"ready-{direction}.json"
+        while not path.exists():
+            pid = int((STATE_DIR / f"pid-{direction}").read_text())
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                log = (STATE_DIR / f"delayline-{direction}.log").read_text()[-500:]
+                raise NetemError(f"the {direction} delay line died at start: {log.strip()}") from None
+            if time.monotonic() > deadline:
+                raise NetemError(f"the {direction} delay line did not start within {timeout_s} s")
+            time.sleep(0.05)
+
+
+def _delay_line_pids() -> list[int]:
+    pids = set()
+    for f in STATE_DIR.glob("pid-*"):
+        try:
+            pids.add(int(f.read_text()))
+        except ValueError:
+            pass
+    out = subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True, text=True).stdout.split()
+    pids.update(int(p) for p in out)
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
+def down() -> dict:
+    """Remove everything of ours; safe to call any time, any number of times."""
+    killed = []
+    for pid in _delay_line_pids():
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        killed.append(pid)
+    deadline = time.monotonic() + 3
+    for pid in killed:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+                time.sleep(0.02)
+            except ProcessLookupError:
+                break
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    removed = destroy_namespaces() if os.geteuid() == 0 else []
+    if STATE_DIR.exists():
+        shutil.rmtree(STATE_DIR, ignore_errors=True)
+    return {"killed_delay_lines": killed, "removed": removed}
+
+
+def status() -> dict:
+    state_file = STATE_DIR / "state.json"
+    if not state_file.exists():
+        return {"up": False, "leftover_namespaces": our_namespaces() if os.geteuid() == 0 else []}
+    state = json.loads(state_file.read_text())
+    alive = {}
+    for direction in ("forward", "reverse"):
+        f = STATE_DIR / f"pid-{direction}"
+        if f.exists():
+            pid = int(f.read_text())
+            try:
+                os.kill(pid, 0)
+                alive[direction] = True
+            except ProcessLookupError:
+                alive[direction] = False
+    state.update({"up": True, "delay_lines_alive": alive, "namespaces": our_namespaces()})
+    return state
