@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench clean
+.PHONY: setup sysdeps run test bench clean
 
 # Re-installs only when pyproject.toml changes, so a second run is fast.
 $(STAMP): pyproject.toml
@@ -12,7 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# System tools the live network tests need (root only; skipped with a reason otherwise).
+sysdeps:
+	@if [ "$$(id -u)" = 0 ] && ! command -v iptables >/dev/null; then \
+		echo "installing iptables (NFQUEUE rules of the netem delay line)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
+	fi
+
+setup: $(STAMP) sysdeps
 
 run: setup
 	$(BIN)/pddbench reproduce

@@ -62,13 +62,14 @@ def netem_options(profile: LinkProfile, direction: str = "forward") -> bytes:
     delay_ms = over.delay_ms if over.delay_ms is not None else profile.delay_ms
     rate = over.rate_gbps or profile.rate_gbps
     loss = over.loss or profile.loss
-    jitter_ms = profile.jitter.sd_ms if profile.jitter.distribution != "empirical" else (profile.jitter.sd_ms or 1.0)
+    jit = over.jitter or profile.jitter
+    jitter_ms = jit.sd_ms if jit.distribution != "empirical" else (jit.sd_ms or 1.0)
     bernoulli = loss.p if loss.model == "bernoulli" else 0.0
     # struct tc_netem_qopt {latency, limit, loss, gap, duplicate, jitter}; 64-bit ns attrs carry delays.
     qopt = struct.pack("=IIIIII", 0, profile.queue_limit_packets, _prob(bernoulli), 0, 0, 0)
     attrs = _attr(TCA_NETEM_LATENCY64, struct.pack("=q", int(delay_ms * 1e6)))
     attrs += _attr(TCA_NETEM_JITTER64, struct.pack("=q", int(jitter_ms * 1e6)))
-    table = distribution_table(profile.jitter)
+    table = distribution_table(jit)
     if table is not None:
         attrs += _attr(TCA_NETEM_DELAY_DIST, struct.pack(f"={len(table)}h", *table))
     if loss.model == "gilbert_elliott":

@@ -76,22 +76,26 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 15.
         create(topo)
         (STATE_DIR / "profile.json").write_text(profile.model_dump_json())
         shaping = {}
-        for host, direction in ((topo.host("a"), "forward"), (topo.host("b"), "reverse")):
+        # Rate is shaped on the sender's egress; delay is applied on the receiver's ingress
+        # (PREROUTING): a packet held at the sender's egress would still count against its
+        # socket (TCP Small Queues) and throttle the flow to a few packets per delay.
+        for sender, receiver, direction in ((topo.host("a"), topo.host("b"), "forward"),
+                                            (topo.host("b"), topo.host("a"), "reverse")):
             over = getattr(profile, direction)
             rate = over.rate_gbps or profile.rate_gbps
             if chosen == "kernel-netem":
                 from netem.kernel_netem import apply_netem
 
-                apply_netem(host.netns, host.ifname, profile, direction)
+                apply_netem(sender.netns, sender.ifname, profile, direction)
                 shaping[direction] = "netem"
                 continue
             if rate is not None:
                 from netem.shaping import apply_rate
 
-                shaping[direction] = apply_rate(host.netns, host.ifname, rate / profile.rate_scale)
-            ns_exec(host.netns, "iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", host.ifname,
+                shaping[direction] = apply_rate(sender.netns, sender.ifname, rate / profile.rate_scale)
+            ns_exec(receiver.netns, "iptables", "-t", "mangle", "-A", "PREROUTING", "-i", receiver.ifname,
                     "-m", "comment", "--comment", RULE_COMMENT, "-j", "NFQUEUE", "--queue-num", str(QUEUE))
-            proc = subprocess.Popen(_delay_line_cmd(host.netns, direction), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(_delay_line_cmd(receiver.netns, direction), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=open(STATE_DIR / f"delayline-{direction}.log", "w"),
                                     start_new_session=True)
             (STATE_DIR / f"pid-{direction}").write_text(str(proc.pid))

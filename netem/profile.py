@@ -39,12 +39,15 @@ class Outages(BaseModel):
     min_ms: float = Field(1000.0, ge=0, description="pareto scale: the shortest stall")
     pareto_shape: float = Field(1.5, gt=0)
     max_ms: float = Field(20000.0, ge=0)
+    windows_ms: list[tuple[float, float]] = Field(
+        default_factory=list, description="scripted outages [start, end) in ms from link start; replace the random ones")
 
 
 class Direction(BaseModel):
     """What may differ per direction; unset fields take the profile's values."""
     model_config = {"extra": "forbid"}
     delay_ms: float | None = Field(None, ge=0)
+    jitter: Jitter | None = None
     rate_gbps: float | None = Field(None, gt=0)
     loss: Loss | None = None
 

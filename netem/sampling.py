@@ -58,6 +58,8 @@ class OutageSchedule:
 
     def window(self, i: int) -> tuple[float, float] | None:
         o = self.o
+        if o.windows_ms:
+            return tuple(o.windows_ms[i]) if i < len(o.windows_ms) else None  # type: ignore[return-value]
         if o.rate_per_s <= 0:
             return None
         while len(self.windows) <= i:

@@ -20,10 +20,11 @@ class DelayScheduler:
         over = getattr(profile, direction)
         self.delay_ms = over.delay_ms if over.delay_ms is not None else profile.delay_ms
         seed = f"{profile.seed}:{direction}"
-        self.jitter = JitterSampler(profile.jitter, random.Random(seed + ":jitter"))
+        jitter = over.jitter or profile.jitter
+        self.jitter = JitterSampler(jitter, random.Random(seed + ":jitter"))
         self.loss = LossModel(over.loss or profile.loss, random.Random(seed + ":loss"))
         self.outages = OutageSchedule(profile.outages, random.Random(seed + ":outages"))
-        self.reorder = profile.jitter.reorder
+        self.reorder = jitter.reorder
         self.start_ms = start_ms  # outage schedule time zero
         self._last_release = float("-inf")
         self._outage_idx = 0

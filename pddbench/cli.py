@@ -19,8 +19,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+netem_app = typer.Typer(help="Emulate the WAN between datacenter namespaces (needs root): up, down, status, calibrate.",
+                        no_args_is_help=True)
 trace_app = typer.Typer(help="Analyse and generate request traces (Mooncake JSONL).", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
+app.add_typer(netem_app, name="netem")
 console = Console(stderr=True)
 
 
@@ -185,6 +188,82 @@ def sim_speed_cmd(
     rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
     print(json.dumps({"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],
                       "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1)}))
+
+
+def _netem_call(fn, *args, **kwargs):
+    from netem.manager import NetemError
+
+    try:
+        return fn(*args, **kwargs)
+    except NetemError as exc:
+        raise UserError(str(exc)) from None
+
+
+@netem_app.command("up")
+def netem_up_cmd(
+    profile: str = typer.Argument(..., help="Profile name (netem/profiles: fixed-30ms, cross-city-10g, lossy-wan, "
+                                            "stall-1-20s, ...) or a YAML path."),
+    backend: str = typer.Option("auto", "--backend", help="auto (probe), kernel-netem or tbf+nfqueue."),
+) -> None:
+    """Create namespaces pddb-dc-a (10.77.0.1) and pddb-dc-b (10.77.0.2) joined by a veth pair and
+    shape it per the profile. Ctrl-C or an error leaves nothing behind."""
+    from netem import load_profile
+    from netem.manager import up
+
+    state = _netem_call(up, load_profile(profile), backend)
+    console.print(f"[green]up[/]: {state['profile']['name']} via {state['backend']} "
+                  f"(tcp: {state['tcp']['a']['net.ipv4.tcp_congestion_control']})")
+
+
+@netem_app.command("down")
+def netem_down_cmd() -> None:
+    """Remove every namespace, veth, qdisc, iptables rule and delay line pddbench made (idempotent;
+    also cleans up after a crashed run)."""
+    from netem.manager import down
+
+    res = _netem_call(down)
+    console.print(f"removed {res['removed'] or 'nothing'}; stopped delay lines {res['killed_delay_lines'] or 'none'}")
+
+
+@netem_app.command("status")
+def netem_status_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Is an emulated WAN up; which backend, profile, TCP settings; are the delay lines alive."""
+    from netem.manager import probe, status
+
+    st = _netem_call(status)
+    st["probe"] = st.get("probe") or probe()
+    if as_json:
+        print(json.dumps(st, sort_keys=True, default=str))
+    else:
+        console.print_json(json.dumps(st, default=str))
+
+
+@netem_app.command("calibrate")
+def netem_calibrate_cmd(
+    probes: int = typer.Option(200, "--probes", min=10, help="UDP RTT probes (light load)."),
+    interval_ms: float = typer.Option(10.0, "--interval-ms", min=0.1, help="Probe spacing."),
+    bulk_s: float = typer.Option(3.0, "--bulk-s", min=0.0, help="Bulk TCP test length (0 skips it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: rtt_ms, throughput_mbps, lateness_ms, backend, targets."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write calibration.json here."),
+) -> None:
+    """Measure the live link: RTT p50/p99/sd, bulk TCP goodput, delay-line lateness and CPU, drops;
+    marks the link invalid when lateness p99 exceeds the profile's tolerance."""
+    from netem.calibrate import calibrate
+    from pddbench.io import write_json
+
+    res = _netem_call(calibrate, probes, interval_ms, bulk_s)
+    if out is not None:
+        write_json(out / "calibration.json", res)
+    if as_json:
+        print(json.dumps(res, sort_keys=True))
+    else:
+        r, t = res["rtt_ms"], res["targets"]
+        console.print(f"RTT p50 {r['p50']:.2f} / p99 {r['p99']:.2f} / sd {r['sd']:.2f} ms (target {t['rtt_ms']} ms, "
+                      f"sd {t['rtt_sd_ms']:.2f}); goodput {res['throughput_mbps'] or 0:.1f} Mbit/s "
+                      f"(target {t['throughput_mbps']}); lateness p99 {res['lateness_ms']['p99'] or 0:.3f} ms")
+    if not res["valid"]:
+        console.print(f"[bold red]INVALID[/]: {res['invalid_reason']}")
+        raise typer.Exit(3)
 
 
 @app.command("reproduce")

@@ -1,0 +1,150 @@
+"""`pddbench netem calibrate`: measure the live emulated link against its profile.
+
+RTT distribution from UDP probes on a fixed schedule (light load), bulk TCP goodput, delay-line
+lateness (release - due) and CPU, drops. A run whose lateness p99 exceeds the profile's
+tolerance is marked invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from netem.manager import STATE_DIR, NetemError, status
+from netem.profile import LinkProfile
+
+ECHO_PORT, SINK_PORT = 9100, 9101
+
+
+def _tool(netns: str, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "netem.tools", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _dump_stats() -> dict:
+    """Ask each delay line for its stats since the last ask (SIGUSR1) and read them."""
+    out = {}
+    for direction in ("forward", "reverse"):
+        pid_file = STATE_DIR / f"pid-{direction}"
+        if not pid_file.exists():
+            continue
+        stats = STATE_DIR / f"stats-{direction}.json"
+        before = stats.stat().st_mtime_ns if stats.exists() else 0
+        os.kill(int(pid_file.read_text()), signal.SIGUSR1)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if stats.exists() and stats.stat().st_mtime_ns != before:
+                out[direction] = json.loads(stats.read_text())
+                break
+            time.sleep(0.02)
+    return out
+
+
+def measure_rtt(a_ns: str, b_host: str, b_ns: str, count: int, interval_ms: float) -> dict:
+    echo = _tool(b_ns, "echo", str(ECHO_PORT))
+    try:
+        time.sleep(0.3)
+        res = subprocess.run(["ip", "netns", "exec", a_ns, sys.executable, "-m", "netem.tools", "probe", b_host,
+                              str(ECHO_PORT), str(count), str(interval_ms)], capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            raise NetemError(f"RTT probe failed: {res.stderr.strip()[-300:]}")
+        return json.loads(res.stdout)
+    finally:
+        echo.terminate()
+        echo.wait()
+
+
+def measure_goodput(a_ns: str, b_host: str, b_ns: str, seconds: float | None = None,
+                    nbytes: int | None = None) -> dict:
+    sink = _tool(b_ns, "sink", str(SINK_PORT))
+    try:
+        assert sink.stdout is not None
+        sink.stdout.readline()  # "ready"
+        how = ["--bytes", str(nbytes)] if nbytes is not None else [str(seconds)]
+        t0 = time.monotonic()
+        sender = subprocess.run(["ip", "netns", "exec", a_ns, sys.executable, "-m", "netem.tools", "send", b_host,
+                                 str(SINK_PORT), *how], capture_output=True, text=True, timeout=600)
+        elapsed = time.monotonic() - t0
+        if sender.returncode != 0:
+            raise NetemError(f"bulk sender failed: {sender.stderr.strip()[-300:]}")
+        got = json.loads(sink.stdout.readline())
+        sent = json.loads(sender.stdout)
+        mbps = got["bytes"] * 8 / got["seconds"] / 1e6 if got["seconds"] else None
+        steady = got["steady_bytes"] * 8 / got["steady_seconds"] / 1e6 if got["steady_seconds"] > 0.2 else None
+        return {"bytes_sent": sent["bytes"], "bytes_received": got["bytes"], "seconds": got["seconds"],
+                "elapsed_s": elapsed, "throughput_mbps": steady or mbps, "whole_transfer_mbps": mbps}
+    finally:
+        sink.kill()
+        sink.wait()
+
+
+def _dist(values: list[float]) -> dict:
+    if not values:
+        return {"p50": None, "p99": None, "sd": None}
+    s = sorted(values)
+    pick = lambda q: s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]  # noqa: E731
+    return {"p50": pick(50), "p99": pick(99), "sd": statistics.pstdev(s) if len(s) > 1 else 0.0,
+            "mean": statistics.fmean(s)}
+
+
+def targets(profile: LinkProfile) -> dict:
+    def one_way(direction: str) -> tuple[float, float]:
+        over = getattr(profile, direction)
+        delay = over.delay_ms if over.delay_ms is not None else profile.delay_ms
+        j = over.jitter or profile.jitter
+        return delay, (j.sd_ms if j.distribution in ("normal",) else 0.0)
+
+    (fd, fs), (rd, rs) = one_way("forward"), one_way("reverse")
+    rate = profile.forward.rate_gbps or profile.rate_gbps
+    return {"rtt_ms": fd + rd, "rtt_sd_ms": math.sqrt(fs ** 2 + rs ** 2),
+            "throughput_mbps": rate / profile.rate_scale * 1000 if rate else None,
+            "lateness_tolerance_ms": profile.lateness_tolerance_ms}
+
+
+def calibrate(probes: int = 200, interval_ms: float = 10.0, bulk_seconds: float = 3.0) -> dict:
+    st = status()
+    if not st.get("up"):
+        raise NetemError("no emulated WAN is up; run `pddbench netem up PROFILE` first")
+    profile = LinkProfile.model_validate(st["profile"])
+    hosts = {h["dc"]: h for h in st["topology"]["hosts"]}
+    a_ns, b_ns, b_addr = hosts["a"]["netns"], hosts["b"]["netns"], hosts["b"]["address"]
+    _dump_stats()  # reset the delay lines' counters
+    rtt = measure_rtt(a_ns, b_addr, b_ns, probes, interval_ms)
+    light = _dump_stats()
+    bulk = measure_goodput(a_ns, b_addr, b_ns, seconds=bulk_seconds) if bulk_seconds > 0 else None
+    loaded = _dump_stats()
+    lat = {d: s["lateness_ms"] for d, s in light.items()}
+    worst_p99 = max((v["p99"] or 0.0) for v in lat.values()) if lat else None
+    result = {
+        "backend": st["backend"],
+        "profile": profile.name,
+        "rate_scale": profile.rate_scale,
+        "tcp": st["tcp"],
+        "rtt_ms": _dist(rtt["rtt_ms"]),
+        "probes": {"sent": rtt["sent"], "lost": len(rtt["lost"])},
+        "throughput_mbps": bulk["throughput_mbps"] if bulk else None,
+        "bulk": bulk,
+        "lateness_ms": {
+            "p50": max((v["p50"] or 0.0) for v in lat.values()) if lat else None,
+            "p99": worst_p99,
+            "max": max((v["max"] or 0.0) for v in lat.values()) if lat else None,
+            "per_direction": lat,
+        },
+        "lateness_under_bulk_ms": {d: s["lateness_ms"] for d, s in loaded.items()},
+        "emulator_cpu_cores": {d: round(s["cpu_s"] / s["wall_s"], 4) if s["wall_s"] else None
+                               for d, s in loaded.items()},
+        "drops": {d: s["dropped"] for d, s in {**light}.items()},
+        "targets": targets(profile),
+    }
+    result["valid"] = worst_p99 is None or worst_p99 <= profile.lateness_tolerance_ms
+    if not result["valid"]:
+        result["invalid_reason"] = (f"emulator lateness p99 {worst_p99:.2f} ms exceeds the profile's tolerance "
+                                    f"{profile.lateness_tolerance_ms} ms: results over this link are not trustworthy")
+    return result

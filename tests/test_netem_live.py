@@ -1,0 +1,141 @@
+"""The emulated WAN for real: namespaces, veth, TBF, NFQUEUE delay lines, real UDP and TCP.
+Needs root and iptables (the README's test command installs iptables); skipped otherwise."""
+
+import math
+import os
+import shutil
+import statistics
+import subprocess
+from contextlib import contextmanager
+
+import pytest
+
+from netem import load_profile
+from netem.calibrate import calibrate, measure_goodput, measure_rtt
+from netem.manager import down, probe, up
+from netem.profile import LinkProfile, Outages
+from netem.topology import PREFIX, our_namespaces
+from tests.conftest import run_cli
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and qdiscs"),
+    pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables)"),
+]
+A, B, B_ADDR = "pddb-dc-a", "pddb-dc-b", "10.77.0.2"
+
+
+@contextmanager
+def link(profile: LinkProfile):
+    down()
+    up(profile)
+    try:
+        yield
+    finally:
+        down()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def clean_host():
+    down()
+    yield
+    down()
+
+
+def test_fixed_30ms_rtt():
+    with link(load_profile("fixed-30ms")):
+        res = calibrate(probes=200, interval_ms=10, bulk_seconds=0)
+    assert res["backend"] in ("tbf+nfqueue", "kernel-netem")
+    assert abs(res["rtt_ms"]["p50"] - 30) <= 1.5, res["rtt_ms"]
+    assert abs(res["rtt_ms"]["p99"] - 30) <= 3.0, res["rtt_ms"]
+    assert res["valid"] and res["probes"]["lost"] == 0
+    assert res["tcp"]["a"]["net.ipv4.tcp_wmem"].split()[-1] == "67108864"
+
+
+def test_normal_jitter_with_reordering_sd():
+    prof = LinkProfile(forward={"delay_ms": 30, "jitter": {"distribution": "normal", "sd_ms": 10, "reorder": True}},
+                       reverse={"delay_ms": 0}, seed=3)
+    with link(prof):
+        rtt = measure_rtt(A, B_ADDR, B, count=600, interval_ms=5)["rtt_ms"]
+    assert statistics.pstdev(rtt) == pytest.approx(10, rel=0.10)
+    assert statistics.median(rtt) == pytest.approx(30, abs=2)
+
+
+@pytest.mark.parametrize("rate_gbps", [0.1, 1.0])
+def test_rate_limit_goodput(rate_gbps):
+    with link(LinkProfile(delay_ms=1, rate_gbps=rate_gbps)):
+        res = measure_goodput(A, B_ADDR, B, seconds=3)
+    assert res["bytes_received"] == res["bytes_sent"]
+    ratio = res["throughput_mbps"] / (rate_gbps * 1000)
+    assert 0.90 <= ratio <= 1.0, res
+
+
+def test_outage_stretches_transfer_without_loss():
+    nbytes = 25_000_000  # ~2.1 s at 100 Mbit/s
+    base = LinkProfile(delay_ms=5, rate_gbps=0.1)
+    with link(base):
+        plain = measure_goodput(A, B_ADDR, B, nbytes=nbytes)
+    held = base.model_copy(update={"outages": Outages(windows_ms=[(800, 5800)])})
+    with link(held):
+        stalled = measure_goodput(A, B_ADDR, B, nbytes=nbytes)
+    assert stalled["bytes_received"] == nbytes == plain["bytes_received"]
+    stretch = stalled["elapsed_s"] - plain["elapsed_s"]
+    assert 4.0 <= stretch <= 6.5, (plain, stalled)
+
+
+def test_one_percent_loss_within_binomial_bound():
+    prof = LinkProfile(delay_ms=1, forward={"loss": {"model": "bernoulli", "p": 0.01}}, seed=11)
+    n = 4000
+    with link(prof):
+        res = measure_rtt(A, B_ADDR, B, count=n, interval_ms=0.5)
+    lost = len(res["lost"])
+    sd = math.sqrt(n * 0.01 * 0.99)
+    assert abs(lost - n * 0.01) <= 4 * sd, lost
+
+
+def test_kernel_netem_backend_or_probe_reason():
+    info = probe()
+    if not info["kernel_netem"]:
+        pytest.skip(f"kernel netem backend not exercised here: {info['kernel_netem_reason']}")
+    with link(load_profile("fixed-30ms")):
+        pass  # the auto backend is kernel-netem on such hosts
+    res = run_cli("netem", "up", "fixed-30ms")
+    assert res.returncode == 0, res.stderr
+    cal = run_cli("netem", "calibrate", "--json", "--bulk-s", "0")
+    run_cli("netem", "down")
+    assert cal.returncode == 0
+
+
+def test_cli_up_calibrate_down_and_nothing_left(tmp_path):
+    assert run_cli("netem", "up", "fixed-30ms").returncode == 0
+    try:
+        again = run_cli("netem", "up", "fixed-30ms")
+        assert again.returncode == 2 and "already up" in again.stderr
+        res = run_cli("netem", "calibrate", "--json", "--probes", "50", "--bulk-s", "1", "--out", tmp_path)
+        assert res.returncode == 0, res.stderr
+        import json
+
+        cal = json.loads(res.stdout)
+        for key in ("rtt_ms", "throughput_mbps", "lateness_ms", "backend", "targets"):
+            assert key in cal
+        assert set(cal["rtt_ms"]) >= {"p50", "p99", "sd"} and set(cal["lateness_ms"]) >= {"p50", "p99", "max"}
+        assert (tmp_path / "calibration.json").is_file()
+    finally:
+        assert run_cli("netem", "down").returncode == 0
+    assert run_cli("netem", "down").returncode == 0  # idempotent
+    assert our_namespaces() == []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert PREFIX not in links
+    assert subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True).returncode == 1
+
+
+def test_down_cleans_a_crashed_run():
+    up(load_profile("fixed-30ms"))
+    # a crash: the state folder is lost while namespaces and delay lines live on
+    from netem.manager import STATE_DIR
+
+    shutil.rmtree(STATE_DIR)
+    assert our_namespaces()
+    down()
+    assert our_namespaces() == []
+    assert subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True).returncode == 1
