@@ -128,3 +128,49 @@ def test_shipped_profiles_load_and_bad_profile_is_clear(tmp_path):
 def test_burst_rule():
     assert burst_bytes(0.1) == 131072
     assert burst_bytes(10) == 1_250_000
+
+
+def test_transfer_injector_replays_and_waits_out_the_difference():
+    import asyncio
+
+    from netem.injector import TransferLatencyInjector
+
+    prof = load_profile("replay-1-20s")
+    assert all(1000 <= v <= 20000 for v in prof.transfer_latency_ms)
+    inj = TransferLatencyInjector(LinkProfile(transfer_latency_ms=[30, 5]))
+    assert [inj.next_target_ms() for _ in range(3)] == [30, 5, 30]
+    assert inj.remaining_ms(30, 12) == 18 and inj.remaining_ms(5, 9) == 0
+
+    async def real():
+        return "kv"
+
+    inj2 = TransferLatencyInjector(LinkProfile(transfer_latency_ms=[20]))
+    import time as _t
+    t = _t.monotonic()
+    assert asyncio.run(inj2.transfer(real)) == "kv"
+    assert _t.monotonic() - t >= 0.019
+    with pytest.raises(ValueError):
+        TransferLatencyInjector(LinkProfile())
+
+
+def test_up_interrupted_midway_leaves_nothing(monkeypatch):
+    import os
+
+    if os.geteuid() != 0 or __import__("shutil").which("iptables") is None:
+        pytest.skip("needs root and iptables")
+    from netem import manager
+    from netem.topology import our_namespaces
+
+    manager.down()
+
+    def boom(_ns):
+        raise KeyboardInterrupt  # Ctrl-C after namespaces, rules and delay lines exist
+
+    monkeypatch.setattr(manager, "read_tcp_settings", boom)
+    with pytest.raises(KeyboardInterrupt):
+        manager.up(load_profile("fixed-30ms"))
+    assert our_namespaces() == []
+    assert not manager.STATE_DIR.exists()
+    import subprocess
+
+    assert subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True).returncode == 1
