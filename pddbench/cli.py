@@ -266,6 +266,73 @@ def netem_calibrate_cmd(
         raise typer.Exit(3)
 
 
+@app.command("replay")
+def replay_cmd(
+    endpoint: str = typer.Option(..., "--endpoint", help="Server base URL, e.g. http://127.0.0.1:8000"),
+    trace: Path = typer.Option(..., "--trace", help="Mooncake-format JSONL trace."),
+    model: str = typer.Option("tiny", "--model", help="Model name the server expects."),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", min=0.0001, help="Replay the trace's timestamps X times faster."),
+    rate: Optional[float] = typer.Option(None, "--rate", min=0.0001, help="Ignore timestamps; send at this mean rate."),
+    arrival: str = typer.Option("poisson", "--arrival", help="With --rate: constant | poisson | gamma."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Ignore timestamps; keep N requests in flight."),
+    duration_s: Optional[float] = typer.Option(None, "--duration-s", min=0.1, help="Only requests scheduled within this many seconds."),
+    block_size: int = typer.Option(512, "--block-size", min=1, help="Tokens per hash block of the trace."),
+    vocab_lo: int = typer.Option(16, "--vocab-lo", min=0, help="Lowest token id used in prompts (skip special tokens)."),
+    vocab_hi: int = typer.Option(1024, "--vocab-hi", min=1, help="One past the highest token id (the model's vocabulary)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the arrival process."),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", min=0.1, help="Per-request timeout."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: a new results/replay/<run-id>/)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+) -> None:
+    """Replay a trace against an OpenAI-compatible server (vLLM, SGLang, the PDD router) with
+    streaming /v1/completions and token-id prompts built from hash_ids; records and summary use the
+    simulator's schema."""
+    if sum(x is not None for x in (time_scale, rate, concurrency)) > 1:
+        raise UserError("choose one of --time-scale, --rate, --concurrency")
+    if arrival not in ("constant", "poisson", "gamma"):
+        raise UserError(f"--arrival '{arrival}': choose constant, poisson or gamma")
+    from pddbench.io import new_run_dir
+    from pddbench.live.replay import replay
+    from pddbench.report.tables import print_summary
+    from pddbench.workload.trace import load_trace
+
+    reqs = load_trace(trace, block_size)
+    folder = new_run_dir(results, "replay") if out is None else out
+    if out is not None:
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"--out {out} exists and is not empty; choose a new folder")
+        out.mkdir(parents=True, exist_ok=True)
+    summary = replay(endpoint, model, reqs, folder, block_size=block_size, vocab=(vocab_lo, vocab_hi),
+                     time_scale=time_scale, rate=rate, arrival=arrival, concurrency=concurrency,
+                     duration_s=duration_s, seed=seed, timeout_s=timeout_s)
+    print_summary(summary)
+    console.print(f"[green]wrote[/] {folder}")
+
+
+@app.command("replay-bench")
+def replay_bench_cmd(
+    rate: List[float] = typer.Option([200.0, 400.0], "--rate", help="Request rates to test (repeatable)."),
+    duration_s: float = typer.Option(10.0, "--duration-s", min=0.1, help="Seconds per rate."),
+    arrival: str = typer.Option("poisson", "--arrival", help="constant | poisson | gamma."),
+    ttft_ms: float = typer.Option(50.0, "--ttft-ms", help="The endpoint's fixed TTFT."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write replay_bench.json here."),
+) -> None:
+    """Measure the replay client against a fixed-latency streaming endpoint (client and endpoint
+    pinned to different cores): TTFT measurement error and schedule lag, p50/p99."""
+    from pddbench.io import write_json
+    from pddbench.live.precision import measure
+
+    results = [measure(r, duration_s, arrival, ttft_ms) for r in rate]
+    for res in results:
+        e, lag = res["ttft_error_ms"], res["schedule_lag_ms"]
+        console.print(f"{res['rate_rps']:g} req/s ({res['requests']} requests, {res['failed']} failed): TTFT error "
+                      f"p50 {e['p50']:.2f} / p99 {e['p99']:.2f} ms; schedule lag p50 {lag['p50']:.2f} / p99 {lag['p99']:.2f} ms",
+                      highlight=False)
+    if out is not None:
+        write_json(out / "replay_bench.json", results)
+    print(json.dumps(results))
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),

@@ -32,6 +32,7 @@ RECORD_FIELDS: dict[str, str] = {
     "e2e_ms": "float64",
     "tpot_ms": "float64",           # NaN when output_tokens < 2
     "max_itl_ms": "float64",
+    "schedule_lag_ms": "float64",   # live: actual send - intended send (0 in the simulator)
     "kv_wait_ms": "float64",        # prefill end -> the decoder holding the KV it starts from
     "wan_kv_ms": "float64",         # WAN KV transfer time (NaN when none crossed)
     "relay_tokens": "int64",        # tokens produced by the relay decoder (eager tokens)
@@ -48,6 +49,17 @@ RECORD_FIELDS: dict[str, str] = {
     "failed": "bool",
     "failure_reason": "string",     # "" when the request completed
 }
+
+
+def derive_latencies(arrival_ms: float, first_token_ms: float, finish_ms: float, output_tokens: int,
+                     failed: bool) -> dict[str, float]:
+    """TTFT, E2E and TPOT from the three timestamps: the one definition (docs/metrics.md)."""
+    nan = float("nan")
+    if failed:
+        return {"ttft_ms": nan, "e2e_ms": nan, "tpot_ms": nan}
+    ttft, e2e = first_token_ms - arrival_ms, finish_ms - arrival_ms
+    tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else nan
+    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot}
 
 
 def to_frame(rows: list[dict]) -> pd.DataFrame:

@@ -15,7 +15,7 @@ def row(i, arrival, ttft, e2e, out=11, failed=False, relay=0, wan=0):
         "handoff_mode": "none", "prefill_start_ms": arrival, "prefill_end_ms": arrival + ttft / 2,
         "first_token_ms": arrival + ttft, "finish_ms": arrival + e2e, "ttft_ms": ttft, "e2e_ms": e2e,
         "tpot_ms": (e2e - ttft) / (out - 1) if out > 1 else math.nan, "max_itl_ms": 5.0,
-        "kv_wait_ms": 1.0, "wan_kv_ms": math.nan, "relay_tokens": relay, "main_tokens": out - relay,
+        "schedule_lag_ms": 0.0, "kv_wait_ms": 1.0, "wan_kv_ms": math.nan, "relay_tokens": relay, "main_tokens": out - relay,
         "handoff_ms": math.nan, "handoff_stall_ms": math.nan, "relay_busy_ms": 0.0,
         "rdma_kv_bytes": 10, "wan_kv_bytes": wan, "wan_token_id_bytes": 0, "wan_kv_bytes_saved": 0,
         "transfer_aborted": False, "singular_flow": False, "failed": failed,

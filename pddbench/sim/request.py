@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from pddbench.records import derive_latencies
+
 NAN = math.nan
 
 
@@ -42,9 +44,7 @@ class SimRequest:
 
     def record(self) -> dict:
         failed = not self.done or bool(self.failure_reason)
-        ttft = self.first_token_ms - self.arrival_ms if not failed else NAN
-        e2e = self.finish_ms - self.arrival_ms if not failed else NAN
-        tpot = (e2e - ttft) / (self.output_tokens - 1) if not failed and self.output_tokens > 1 else NAN
+        lat = derive_latencies(self.arrival_ms, self.first_token_ms, self.finish_ms, self.output_tokens, failed)
         relay_busy = (self.relay_end_ms - self.relay_start_ms) if not math.isnan(self.relay_start_ms) else 0.0
         handoff_ms = self.md_first_ms - self.handoff_start_ms
         return {
@@ -55,8 +55,9 @@ class SimRequest:
             "prefill_start_ms": self.prefill_start_ms, "prefill_end_ms": self.prefill_end_ms,
             "first_token_ms": self.first_token_ms if not failed else NAN,
             "finish_ms": self.finish_ms if not failed else NAN,
-            "ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot,
+            **lat,
             "max_itl_ms": max(self.max_itl_ms, 0 if math.isnan(self.handoff_stall_ms) else self.handoff_stall_ms),
+            "schedule_lag_ms": 0.0,
             "kv_wait_ms": self.kv_ready_ms - self.prefill_end_ms if self.prefill_end_ms >= 0 else NAN,
             "wan_kv_ms": self.wan_kv_ms,
             "relay_tokens": self.relay_tokens, "main_tokens": self.output_tokens - self.relay_tokens,

@@ -1,0 +1,1 @@
+"""Live runs against real OpenAI-compatible engines (vLLM), with the simulator's record schema."""

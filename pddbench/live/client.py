@@ -1,0 +1,196 @@
+"""The replay client: drives an OpenAI-compatible server with streaming /v1/completions.
+
+TTFT starts when the request is handed to an already-open connection (connections are opened
+and kept warm before the run, so pool growth never lands in TTFT) and stops when the first
+token's bytes are read. All times are time.monotonic() (CLOCK_MONOTONIC), in ms from run start.
+Failures (HTTP errors, timeouts, refused connections, malformed streams) become failed records;
+a dead server ends the run with everything measured kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+
+from pddbench.live.sse import DONE, SSEError, SSEParser
+from pddbench.records import derive_latencies
+
+
+@dataclass
+class LiveRequest:
+    request_id: int
+    intended_s: float
+    prompt: list[int]
+    output_tokens: int
+    hash_ids: list[int] = field(default_factory=list)
+    session_id: int = -1
+    turn: int = -1
+
+
+@dataclass
+class Outcome:
+    req: LiveRequest
+    send_s: float = math.nan
+    token_times_s: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    failure: str = ""
+    server: dict = field(default_factory=dict)  # extra fields a test endpoint reports
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+SPIN_S = 0.0015
+
+
+async def _wait_until(target: float) -> None:
+    """Sleep until just before `target`, then yield in a tight loop: timers fire up to a
+    millisecond early or late, and a request sent early would understate its lag."""
+    delay = target - _now() - SPIN_S
+    if delay > 0:
+        await asyncio.sleep(delay)
+    while _now() < target:
+        await asyncio.sleep(0)
+
+
+class ReplayClient:
+    def __init__(self, endpoint: str, model: str, timeout_s: float = 600.0, max_connections: int = 1024,
+                 extra_body: dict | None = None):
+        self.url = endpoint.rstrip("/") + "/v1/completions"
+        self.base = endpoint.rstrip("/")
+        self.model, self.timeout_s = model, timeout_s
+        self.max_connections = max_connections
+        self.extra_body = extra_body or {}
+
+    def body(self, req: LiveRequest) -> dict:
+        return {"model": self.model, "prompt": req.prompt, "max_tokens": req.output_tokens, "min_tokens": req.output_tokens,
+                "ignore_eos": True, "temperature": 0.0, "stream": True, "return_token_ids": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": False}, **self.extra_body}
+
+    async def _warm(self, session: aiohttp.ClientSession, n: int) -> None:
+        async def ping() -> None:
+            try:
+                async with session.get(self.base + "/v1/models") as resp:
+                    await resp.read()
+            except aiohttp.ClientError:
+                pass
+        await asyncio.gather(*(ping() for _ in range(n)))
+
+    async def _one(self, session: aiohttp.ClientSession, req: LiveRequest, t0: float, out: Outcome) -> None:
+        parser = SSEParser()
+        out.send_s = _now() - t0
+        try:
+            async with session.post(self.url, json=self.body(req)) as resp:
+                if resp.status != 200:
+                    out.failure = f"http_{resp.status}"
+                    await resp.read()
+                    return
+                async for chunk in resp.content.iter_any():
+                    arrived = _now() - t0
+                    for ev in parser.feed(chunk):
+                        self._event(ev, arrived, out)
+                for ev in parser.close():
+                    self._event(ev, _now() - t0, out)
+            if not out.token_times_s:
+                out.failure = "no_tokens"
+        except SSEError:
+            out.failure = "malformed_stream"
+        except asyncio.TimeoutError:
+            out.failure = "timeout"
+        except aiohttp.ClientConnectionError:
+            out.failure = "connection_error"
+        except aiohttp.ClientError as exc:
+            out.failure = f"client_error:{type(exc).__name__}"
+
+    @staticmethod
+    def _event(ev: object, arrived: float, out: Outcome) -> None:
+        if ev is DONE or not isinstance(ev, dict):
+            return
+        if "error" in ev:
+            out.failure = "server_error"
+            return
+        for choice in ev.get("choices") or []:
+            ids = choice.get("token_ids")
+            n = len(ids) if ids else (1 if choice.get("text") else 0)
+            if ids:
+                out.token_ids.extend(ids)
+            out.token_times_s.extend([arrived] * n)
+        usage = ev.get("usage")
+        if usage:
+            details = usage.get("prompt_tokens_details") or {}
+            out.cached_tokens = int(details.get("cached_tokens") or 0)
+        if "server_timing" in ev:
+            out.server = ev["server_timing"]
+
+    async def run(self, reqs: list[LiveRequest], concurrency: int | None = None,
+                  on_done: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], float]:
+        """Send every request at its intended offset (or keep `concurrency` in flight); returns
+        the outcomes and the run's monotonic start time."""
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10)
+        limit = concurrency or self.max_connections
+        connector = aiohttp.TCPConnector(limit=limit, force_close=False, enable_cleanup_closed=True)
+        outcomes = [Outcome(r) for r in reqs]
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            await self._warm(session, min(limit, max(1, len(reqs)), 64))
+            t0 = _now()
+            if concurrency:
+                sem = asyncio.Semaphore(concurrency)
+
+                async def bounded(o: Outcome) -> None:
+                    async with sem:
+                        o.req.intended_s = _now() - t0
+                        await self._one(session, o.req, t0, o)
+                    if on_done:
+                        on_done(o)
+                await asyncio.gather(*(bounded(o) for o in outcomes))
+                return outcomes, t0
+            tasks = []
+            for o in outcomes:
+                await _wait_until(t0 + o.req.intended_s)
+                task = asyncio.create_task(self._one(session, o.req, t0, o))
+                if on_done:
+                    task.add_done_callback(lambda _t, o=o: on_done(o))
+                tasks.append(task)
+            await asyncio.gather(*tasks)
+        return outcomes, t0
+
+
+def run_sync(coro):
+    """Run the client on uvloop: a faster loop keeps dispatch and timestamping tight."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
+    """An Outcome as a row of the shared record schema (pddbench/records.py)."""
+    req, nan = o.req, math.nan
+    failed = bool(o.failure) or not o.token_times_s
+    times_ms = [t * 1000 for t in o.token_times_s]
+    arrival = o.send_s * 1000
+    first = times_ms[0] if times_ms else nan
+    finish = times_ms[-1] if times_ms else nan
+    gaps = [b - a for a, b in zip(times_ms, times_ms[1:])]
+    produced = len(times_ms)
+    return {
+        "request_id": req.request_id, "session_id": req.session_id, "turn": req.turn,
+        "arrival_ms": arrival, "input_tokens": len(req.prompt), "output_tokens": produced if failed else max(produced, 1),
+        "p_cached_tokens": o.cached_tokens, "decode_cached_tokens": 0, "pipeline": pipeline, "handoff_mode": "none",
+        "prefill_start_ms": nan, "prefill_end_ms": nan,
+        "first_token_ms": nan if failed else first, "finish_ms": nan if failed else finish,
+        **derive_latencies(arrival, first, finish, produced, failed),
+        "max_itl_ms": max(gaps) if gaps else 0.0,
+        "schedule_lag_ms": (o.send_s - req.intended_s) * 1000, "kv_wait_ms": nan, "wan_kv_ms": nan,
+        "relay_tokens": 0, "main_tokens": produced, "handoff_ms": nan, "handoff_stall_ms": nan, "relay_busy_ms": 0.0,
+        "rdma_kv_bytes": 0, "wan_kv_bytes": 0, "wan_token_id_bytes": 0, "wan_kv_bytes_saved": 0,
+        "transfer_aborted": False, "singular_flow": False, "failed": failed,
+        "failure_reason": o.failure or ("no_tokens" if failed else ""),
+    }

@@ -1,0 +1,66 @@
+"""`pddbench replay-bench`: how precisely the replay client measures and keeps its schedule.
+
+A fixed-latency endpoint (pddbench.live.fixed_server) runs on one core, the client on another;
+at the given rate the client's TTFT is compared with the server's own TTFT for every request
+(same CLOCK_MONOTONIC), and its actual send times with the schedule."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from pddbench.live.client import LiveRequest, ReplayClient, run_sync
+from pddbench.live.schedule import at_rate
+from pddbench.metrics.percentiles import distribution
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"fixed-latency endpoint did not listen on {port}")
+
+
+def measure(rate_rps: float, duration_s: float, arrival: str = "poisson", ttft_ms: float = 50.0,
+            itl_ms: float = 10.0, tokens: int = 8, seed: int = 0, pin: bool = True) -> dict:
+    port = _free_port()
+    ncpu = os.cpu_count() or 1
+    server_cpu, client_cpu = (1 % ncpu), 0
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port), "--ttft-ms", str(ttft_ms),
+         "--itl-ms", str(itl_ms)],
+        preexec_fn=(lambda: os.sched_setaffinity(0, {server_cpu})) if pin else None)
+    old_affinity = os.sched_getaffinity(0)
+    try:
+        _wait_port(port)
+        if pin:
+            os.sched_setaffinity(0, {client_cpu})
+        n = max(1, int(rate_rps * duration_s))
+        reqs = [LiveRequest(i, t, [1, 2, 3, 4], tokens) for i, t in enumerate(at_rate(n, rate_rps, arrival, seed))]
+        client = ReplayClient(f"http://127.0.0.1:{port}", "fixed", timeout_s=60)
+        outcomes, _ = run_sync(client.run(reqs))
+    finally:
+        os.sched_setaffinity(0, old_affinity)
+        server.terminate()
+        server.wait(timeout=10)
+    ok = [o for o in outcomes if not o.failure and o.server]
+    errors = [((o.token_times_s[0] - o.send_s) * 1000) - o.server["ttft_ms"] for o in ok]
+    lags = [(o.send_s - o.req.intended_s) * 1000 for o in outcomes]
+    return {
+        "rate_rps": rate_rps, "arrival": arrival, "requests": len(outcomes), "failed": len(outcomes) - len(ok),
+        "server_ttft_ms": ttft_ms, "pinned": pin,
+        "ttft_error_ms": distribution(errors), "schedule_lag_ms": distribution(lags),
+    }

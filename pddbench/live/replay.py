@@ -1,0 +1,71 @@
+"""`pddbench replay`: a trace against any OpenAI-compatible server, into a run folder with the
+same records and summary as the simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pddbench.io import write_json
+from pddbench.live.client import LiveRequest, ReplayClient, outcome_record, run_sync
+from pddbench.live.prompts import prompt_tokens
+from pddbench.live.schedule import at_rate, from_trace
+from pddbench.metrics.summary import summarize
+from pddbench.records import to_frame, write_records
+from pddbench.workload.trace import Request
+
+console = Console(stderr=True)
+
+
+def build_requests(trace: list[Request], block_size: int, vocab: tuple[int, int], schedule: list[float]) -> list[LiveRequest]:
+    return [LiveRequest(i, t, prompt_tokens(r.hash_ids, r.input_length, block_size, *vocab), max(1, r.output_length),
+                        r.hash_ids, -1 if r.session_id is None else r.session_id, -1 if r.turn is None else r.turn)
+            for i, (r, t) in enumerate(zip(trace, schedule))]
+
+
+def make_schedule(trace: list[Request], time_scale: float | None, rate: float | None, arrival: str,
+                  seed: int, duration_s: float | None) -> list[float]:
+    sched = at_rate(len(trace), rate, arrival, seed) if rate else from_trace(trace, time_scale or 1.0)
+    if duration_s is not None:
+        sched = [t for t in sched if t <= duration_s]
+    return sched
+
+
+def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_size: int = 512,
+           vocab: tuple[int, int] = (16, 1024), time_scale: float | None = None, rate: float | None = None,
+           arrival: str = "poisson", concurrency: int | None = None, duration_s: float | None = None,
+           seed: int = 0, timeout_s: float = 600.0, lag_tolerance_ms: float = 10.0,
+           sla: tuple[float, float, float] = (2000.0, 100.0, 90.0), pipeline: str = "colocated") -> dict:
+    schedule = make_schedule(trace, time_scale, rate, arrival, seed, duration_s)
+    reqs = build_requests(trace[: len(schedule)], block_size, vocab, schedule)
+    client = ReplayClient(endpoint, model, timeout_s=timeout_s)
+    counts = {"done": 0, "failed": 0}
+    ttfts: list[float] = []
+    with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("", total=len(reqs))
+
+        def on_done(o) -> None:
+            counts["failed" if o.failure else "done"] += 1
+            if not o.failure and o.token_times_s:
+                ttfts.append((o.token_times_s[0] - o.send_s) * 1000)
+            ordered = sorted(ttfts)
+            p50 = ordered[len(ordered) // 2] if ordered else 0
+            p90 = ordered[int(len(ordered) * 0.9)] if ordered else 0
+            bar.update(task, advance=1, description=f"done {counts['done']} failed {counts['failed']} "
+                                                    f"TTFT p50 {p50:.0f} p90 {p90:.0f} ms")
+
+        outcomes, _ = run_sync(client.run(reqs, concurrency, on_done))
+    records = to_frame([outcome_record(o, pipeline) for o in outcomes])
+    write_records(out / "records.parquet", records)
+    summary = summarize(records, deployment=pipeline, sla_ttft_ms=sla[0], sla_tpot_ms=sla[1], sla_percentile_q=sla[2])
+    lag_p99 = float(records["schedule_lag_ms"].quantile(0.99)) if len(records) else 0.0
+    summary.update({"runtime": "live", "endpoint": endpoint, "schedule_lag_p99_ms": round(lag_p99, 3),
+                    "schedule_ok": concurrency is not None or lag_p99 <= lag_tolerance_ms})
+    write_json(out / "summary.json", summary)
+    if not summary["schedule_ok"]:
+        console.print(f"[bold red]schedule lag p99 {lag_p99:.1f} ms exceeds {lag_tolerance_ms} ms[/]: "
+                      "the client fell behind; latencies are not trustworthy")
+    return summary

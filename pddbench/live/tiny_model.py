@@ -1,0 +1,50 @@
+"""`pddbench model tiny`: a small random-weight Llama-architecture model with a locally trained
+byte-level BPE tokenizer, for real vLLM runs where no model hub is reachable. Needs the live
+extra (torch, transformers, tokenizers: installed with vLLM)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
+
+
+def _corpus(seed: int, lines: int = 4000) -> list[str]:
+    rng = random.Random(seed)
+    words = ["kv", "cache", "prefill", "decode", "relay", "handoff", "token", "datacenter", "wan", "latency",
+             "agent", "tool", "call", "result", "context", "batch", "step", "chip", "memory", "bandwidth"]
+    return [" ".join(rng.choice(words) + (str(rng.randrange(100)) if rng.random() < 0.2 else "")
+                     for _ in range(rng.randint(5, 30))) for _ in range(lines)]
+
+
+def build_tiny_model(out: Path, hidden: int = 256, layers: int = 4, heads: int = 4, kv_heads: int = 2,
+                     vocab: int = 1024, max_positions: int = 8192, seed: int = 0) -> dict:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_corpus(seed), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=3, torch_dtype="bfloat16", tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    kv_bytes = 2 * layers * kv_heads * (hidden // heads) * 2  # K and V, bf16
+    return {"path": str(out), "vocab": vocab, "special_tokens": len(SPECIAL), "kv_bytes_per_token": kv_bytes,
+            "params": sum(p.numel() for p in model.parameters())}

@@ -1,0 +1,183 @@
+"""Replay client pieces and the client against real local HTTP servers (loopback sockets)."""
+
+import asyncio
+import json
+import socket
+
+import pytest
+from aiohttp import web
+
+from pddbench.live.client import LiveRequest, ReplayClient, outcome_record, run_sync
+from pddbench.live.prompts import block_tokens, prompt_tokens
+from pddbench.live.schedule import at_rate, from_trace
+from pddbench.live.sse import DONE, SSEError, SSEParser
+from pddbench.records import to_frame
+from pddbench.workload.trace import Request
+
+
+def test_prompt_builder_shares_exactly_what_the_trace_shares():
+    a = prompt_tokens([1, 2, 3], 1300, 512, 10, 1000)
+    b = prompt_tokens([1, 2, 9], 1400, 512, 10, 1000)
+    assert len(a) == 1300 and len(b) == 1400
+    assert a[:1024] == b[:1024]            # same ids -> same tokens
+    assert a[1024:1300] != b[1024:1300]    # sibling ids -> different tokens
+    assert all(10 <= t < 1000 for t in a)
+    assert block_tokens(5, 64, 0, 50).tolist() == block_tokens(5, 64, 0, 50).tolist()
+    assert block_tokens(5, 64, 0, 50).tolist() != block_tokens(6, 64, 0, 50).tolist()
+    with pytest.raises(ValueError):
+        prompt_tokens([1], 600, 512, 0, 10)
+
+
+def test_sse_parser_edge_cases():
+    p = SSEParser()
+    events = []
+    stream = b': keep-alive\r\ndata: {"a": 1}\r\n\r\ndata: {"b"' + b': 2}\n\ndata: [DONE]\n\n'
+    for i in range(0, len(stream), 3):  # split anywhere
+        events += p.feed(stream[i:i + 3])
+    assert events == [{"a": 1}, {"b": 2}, DONE] and p.done
+    p2 = SSEParser()
+    assert p2.feed(b'data: {"x": 1}') == [] and p2.close() == [{"x": 1}]
+    with pytest.raises(SSEError):
+        SSEParser().feed(b"data: {nope\n\n")
+
+
+def test_schedules():
+    c = at_rate(5, 10.0, "constant")
+    assert c == pytest.approx([0, 0.1, 0.2, 0.3, 0.4])
+    p1, p2 = at_rate(2000, 50.0, "poisson", seed=1), at_rate(2000, 50.0, "poisson", seed=1)
+    assert p1 == p2 and p1 != at_rate(2000, 50.0, "poisson", seed=2)
+    assert 2000 / p1[-1] == pytest.approx(50, rel=0.1)
+    g = at_rate(2000, 50.0, "gamma", seed=1, gamma_shape=0.5)
+    assert 2000 / g[-1] == pytest.approx(50, rel=0.15)
+    reqs = [Request(1000, 1, 1, [1]), Request(3000, 1, 1, [1])]
+    assert from_trace(reqs, 2.0) == [0.0, 1.0]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _serve(handler, port):
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    async def models(_request):
+        return web.json_response({"data": []})
+
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def _stream_handler(n_tokens=3, delay_s=0.0, malformed=False, status=200):
+    async def handler(request):
+        body = await request.json()
+        if status != 200:
+            return web.Response(status=status, text="busy")
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await asyncio.sleep(delay_s)
+        for i in range(n_tokens):
+            await resp.write(f'data: {json.dumps({"choices": [{"text": "t", "token_ids": [7 + i]}]})}\n\n'.encode())
+        if malformed:
+            await resp.write(b"data: {broken\n\n")
+        usage = {"prompt_tokens": len(body["prompt"]), "prompt_tokens_details": {"cached_tokens": 512}}
+        await resp.write(f'data: {json.dumps({"choices": [], "usage": usage})}\n\n'.encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+    return handler
+
+
+def _run_against(handler, reqs, timeout_s=10.0, kill_after_s=None):
+    port = _free_port()
+
+    async def main():
+        runner = await _serve(handler, port)
+        client = ReplayClient(f"http://127.0.0.1:{port}", "m", timeout_s=timeout_s)
+        if kill_after_s is not None:
+            async def kill():
+                await asyncio.sleep(kill_after_s)
+                await runner.cleanup()
+            asyncio.get_running_loop().create_task(kill())
+        try:
+            return await client.run(reqs)
+        finally:
+            await runner.cleanup()
+    return run_sync(main())
+
+
+def test_client_records_tokens_cached_and_latencies():
+    reqs = [LiveRequest(i, i * 0.01, [1] * 600, 3) for i in range(5)]
+    outcomes, _ = _run_against(_stream_handler(3, delay_s=0.05), reqs)
+    df = to_frame([outcome_record(o) for o in outcomes])
+    assert not df["failed"].any()
+    assert (df["output_tokens"] == 3).all() and (df["p_cached_tokens"] == 512).all()
+    assert (df["ttft_ms"] >= 50).all() and (df["e2e_ms"] >= df["ttft_ms"]).all()
+    assert outcomes[0].token_ids == [7, 8, 9]
+    assert (df["schedule_lag_ms"] >= 0).all()
+
+
+def test_client_failure_modes_become_failed_records():
+    reqs = [LiveRequest(0, 0.0, [1], 3)]
+    assert _run_against(_stream_handler(status=503), reqs)[0][0].failure == "http_503"
+    assert _run_against(_stream_handler(malformed=True), reqs)[0][0].failure == "malformed_stream"
+    slow = _run_against(_stream_handler(delay_s=2.0), reqs, timeout_s=0.5)[0][0]
+    assert slow.failure == "timeout"
+    rec = outcome_record(slow)
+    assert rec["failed"] and rec["failure_reason"] == "timeout"
+
+
+def test_server_killed_midway_keeps_what_was_measured():
+    reqs = [LiveRequest(i, i * 0.1, [1], 2) for i in range(10)]
+    outcomes, _ = _run_against(_stream_handler(2), reqs, timeout_s=5, kill_after_s=0.45)
+    done = [o for o in outcomes if not o.failure]
+    failed = [o for o in outcomes if o.failure]
+    assert done and failed
+    assert {o.failure for o in failed} <= {"connection_error", "no_tokens", "client_error:ServerDisconnectedError",
+                                           "client_error:ClientOSError"}
+    df = to_frame([outcome_record(o) for o in outcomes])
+    assert df["failed"].sum() == len(failed)
+
+
+def test_replay_bench_runs_against_fixed_endpoint():
+    from pddbench.live.precision import measure
+
+    res = measure(rate_rps=50, duration_s=1.0, arrival="constant", ttft_ms=20, itl_ms=2, tokens=3)
+    assert res["requests"] == 50 and res["failed"] == 0
+    # the client's TTFT includes the server's: the error is the client's own overhead (>= ~0)
+    assert res["ttft_error_ms"]["p50"] > -1.0
+    assert res["schedule_lag_ms"]["p50"] >= 0.0
+
+
+def test_replay_cli_against_fixed_endpoint(tmp_path):
+    import subprocess
+    import sys
+    import time as _time
+
+    from tests.conftest import run_cli
+
+    port = _free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),
+                            "--ttft-ms", "5", "--itl-ms", "1"])
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                _time.sleep(0.05)
+        trace = tmp_path / "t.jsonl"
+        trace.write_text("".join(json.dumps({"timestamp": i * 50, "input_length": 600, "output_length": 4,
+                                             "hash_ids": [1, 2 + i]}) + "\n" for i in range(10)))
+        res = run_cli("replay", "--endpoint", f"http://127.0.0.1:{port}", "--trace", trace, "--out", tmp_path / "r")
+        assert res.returncode == 0, res.stderr
+        summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+        assert summary["requests_completed"] == 10 and summary["runtime"] == "live" and summary["schedule_ok"]
+        bad = run_cli("replay", "--endpoint", "http://127.0.0.1:1", "--trace", trace, "--rate", "5", "--concurrency", "2")
+        assert bad.returncode == 2 and "choose one of" in bad.stderr
+    finally:
+        srv.terminate()
+        srv.wait()
