@@ -67,8 +67,8 @@ def run(queue: int, profile: LinkProfile, direction: str, stats_path: str, ready
     seq = 0
     flags = {"dump": False, "stop": False}
     signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("dump", True))
-    signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("stop", True))
-    signal.signal(signal.SIGINT, lambda *_: flags.__setitem__("stop", True))
+    signal.signal(signal.SIGTERM, lambda signum, _f: flags.__setitem__("stop", signum))
+    signal.signal(signal.SIGINT, lambda signum, _f: flags.__setitem__("stop", signum))
     nfq.sock.setblocking(False)
     _write(ready_path, {"pid": os.getpid(), "queue": queue, "direction": direction})
     while not flags["stop"]:
@@ -107,6 +107,7 @@ def run(queue: int, profile: LinkProfile, direction: str, stats_path: str, ready
             stats.reset()
     _write(stats_path, stats.snapshot(sched))
     nfq.close()
+    print(f"delay line {direction}: stopped by signal {flags['stop']}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from netem.topology import Topology, create, destroy_namespaces, ns_exec, our_na
 
 STATE_DIR = Path(os.environ.get("PDDBENCH_NETEM_STATE", "/run/pddbench-netem"))
 RULE_COMMENT = "pddbench"
+_STARTED: dict[str, subprocess.Popen] = {}  # delay lines started by this process, for exit codes
 QUEUE = 0
 
 
@@ -61,7 +62,7 @@ def _delay_line_cmd(host_ns: str, direction: str) -> list[str]:
             "--stats", str(d / f"stats-{direction}.json"), "--ready", str(d / f"ready-{direction}.json")]
 
 
-def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 15.0) -> dict:
+def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.0) -> dict:
     """Create dc-a/dc-b and shape the link both ways; on any failure or Ctrl-C, tear down."""
     _require_root()
     if our_namespaces() or (STATE_DIR / "state.json").exists():
@@ -120,8 +121,12 @@ def _wait_ready(timeout_s: float) -> None:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
+                time.sleep(0.2)  # let its last words reach the log
                 log = (STATE_DIR / f"delayline-{direction}.log").read_text()[-500:]
-                raise NetemError(f"the {direction} delay line died at start: {log.strip()}") from None
+                proc = _STARTED.get(direction)
+                code = proc.poll() if proc is not None and proc.pid == pid else None
+                raise NetemError(f"the {direction} delay line (pid {pid}, exit {code}) died at start: "
+                                 f"{log.strip() or 'no output'}") from None
             if time.monotonic() > deadline:
                 raise NetemError(f"the {direction} delay line did not start within {timeout_s} s")
             time.sleep(0.05)

