@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from netem.manager import STATE_DIR, NetemError, status
 from netem.profile import LinkProfile

@@ -1,7 +1,6 @@
 """Invariants of whole simulated deployments on the paper scenarios (small workloads)."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

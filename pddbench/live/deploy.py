@@ -175,5 +175,8 @@ def run_live(sc, run_dir: Path) -> dict:
         write_json(run_dir / "calibration.json", calibration)
         if not calibration["valid"]:
             summary["invalid"] = calibration["invalid_reason"]
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[bold red]RUN INVALID[/]: {calibration['invalid_reason']}")
     write_json(run_dir / "summary.json", summary)
     return summary
