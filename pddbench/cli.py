@@ -292,17 +292,13 @@ def replay_cmd(
         raise UserError("choose one of --time-scale, --rate, --concurrency")
     if arrival not in ("constant", "poisson", "gamma"):
         raise UserError(f"--arrival '{arrival}': choose constant, poisson or gamma")
-    from pddbench.io import new_run_dir
+    from pddbench.io import claim_out_folder, new_run_dir
     from pddbench.live.replay import replay
     from pddbench.report.tables import print_summary
     from pddbench.workload.trace import load_trace
 
     reqs = load_trace(trace, block_size)
-    folder = new_run_dir(results, "replay") if out is None else out
-    if out is not None:
-        if out.exists() and any(out.iterdir()):
-            raise UserError(f"--out {out} exists and is not empty; choose a new folder")
-        out.mkdir(parents=True, exist_ok=True)
+    folder = new_run_dir(results, "replay") if out is None else claim_out_folder(out)
     summary = replay(endpoint, model, reqs, folder, block_size=block_size, vocab=(vocab_lo, vocab_hi),
                      time_scale=time_scale, rate=rate, arrival=arrival, concurrency=concurrency,
                      duration_s=duration_s, seed=seed, timeout_s=timeout_s, pipeline=pipeline)

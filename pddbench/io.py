@@ -73,3 +73,13 @@ def new_run_dir(root: str | os.PathLike, name: str, run_id: str | None = None) -
         except FileExistsError:
             n += 1
             candidate = base / f"{stamp}-{n}"
+
+
+def claim_out_folder(out: Path) -> Path:
+    """A user-chosen run folder: it must be new or empty (runs never overwrite each other)."""
+    from pddbench.errors import UserError
+
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} exists and is not empty; runs never overwrite each other, choose a new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out

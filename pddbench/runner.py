@@ -9,8 +9,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pddbench.errors import UserError
-from pddbench.io import new_run_dir, write_json, write_text
+from pddbench.io import claim_out_folder, new_run_dir, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.records import write_records
 from pddbench.scenario import Scenario, load_scenario
@@ -19,12 +18,7 @@ console = Console(stderr=True)
 
 
 def prepare_run_dir(sc: Scenario, results_root: Path, out: Path | None) -> Path:
-    if out is None:
-        return new_run_dir(results_root, sc.name)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"--out {out} exists and is not empty; runs never overwrite each other, choose a new folder")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return new_run_dir(results_root, sc.name) if out is None else claim_out_folder(out)
 
 
 def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):

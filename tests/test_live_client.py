@@ -2,12 +2,12 @@
 
 import asyncio
 import json
-import socket
 
 import pytest
 from aiohttp import web
 
 from pddbench.live.client import LiveRequest, ReplayClient, outcome_record, run_sync
+from pddbench.live.net import free_port, wait_port
 from pddbench.live.prompts import block_tokens, prompt_tokens
 from pddbench.live.schedule import at_rate, from_trace
 from pddbench.live.sse import DONE, SSEError, SSEParser
@@ -53,12 +53,6 @@ def test_schedules():
     assert from_trace(reqs, 2.0) == [0.0, 1.0]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _serve(handler, port):
     app = web.Application()
     app.router.add_post("/v1/completions", handler)
@@ -92,7 +86,7 @@ def _stream_handler(n_tokens=3, delay_s=0.0, malformed=False, status=200):
 
 
 def _run_against(handler, reqs, timeout_s=10.0, kill_after_s=None):
-    port = _free_port()
+    port = free_port()
 
     async def main():
         runner = await _serve(handler, port)
@@ -155,20 +149,14 @@ def test_replay_bench_runs_against_fixed_endpoint():
 def test_replay_cli_against_fixed_endpoint(tmp_path):
     import subprocess
     import sys
-    import time as _time
 
     from tests.conftest import run_cli
 
-    port = _free_port()
+    port = free_port()
     srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),
                             "--ttft-ms", "5", "--itl-ms", "1"])
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                _time.sleep(0.05)
+        wait_port("127.0.0.1", port, timeout_s=10)
         trace = tmp_path / "t.jsonl"
         trace.write_text("".join(json.dumps({"timestamp": i * 50, "input_length": 600, "output_length": 4,
                                              "hash_ids": [1, 2 + i]}) + "\n" for i in range(10)))

@@ -9,10 +9,8 @@ The run folder gets the same records and summary keys as the simulator, plus eng
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +19,7 @@ from pydantic import BaseModel, Field
 from pddbench.errors import UserError
 from pddbench.io import write_json
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
+from pddbench.live.net import wait_port
 from pddbench.metrics.summary import summarize
 from pddbench.records import read_records
 from pddbench.workload.trace import write_trace
@@ -42,31 +41,13 @@ class LiveConfig(BaseModel):
     calibrate_probes: int = Field(100, ge=10)
 
 
-def _wait_port(host: str, port: int, netns: str | None, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    probe = f"import socket;socket.create_connection(({host!r},{port}),timeout=0.5).close()"
-    while time.monotonic() < deadline:
-        if netns:
-            ok = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", probe], capture_output=True).returncode == 0
-        else:
-            try:
-                socket.create_connection((host, port), timeout=0.5).close()
-                ok = True
-            except OSError:
-                ok = False
-        if ok:
-            return
-        time.sleep(0.2)
-    raise UserError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s")
-
-
 def start_proxy(host: str, port: int, p_url: str, d_url: str, netns: str | None, log: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pddbench.live.pd_proxy", "--host", host, "--port", str(port),
            "--prefill", p_url, "--decode", d_url]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    _wait_port(host, port, netns)
+    wait_port(host, port, netns)
     return proc
 
 

@@ -7,36 +7,18 @@ at the given rate the client's TTFT is compared with the server's own TTFT for e
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 
 from pddbench.live.client import LiveRequest, ReplayClient, run_sync
+from pddbench.live.net import free_port, wait_port
 from pddbench.live.schedule import at_rate
 from pddbench.metrics.percentiles import distribution
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"fixed-latency endpoint did not listen on {port}")
-
-
 def measure(rate_rps: float, duration_s: float, arrival: str = "poisson", ttft_ms: float = 50.0,
             itl_ms: float = 10.0, tokens: int = 8, seed: int = 0, pin: bool = True) -> dict:
-    port = _free_port()
+    port = free_port()
     ncpu = os.cpu_count() or 1
     server_cpu, client_cpu = (1 % ncpu), 0
     server = subprocess.Popen(
@@ -45,7 +27,7 @@ def measure(rate_rps: float, duration_s: float, arrival: str = "poisson", ttft_m
         preexec_fn=(lambda: os.sched_setaffinity(0, {server_cpu})) if pin else None)
     old_affinity = os.sched_getaffinity(0)
     try:
-        _wait_port(port)
+        wait_port("127.0.0.1", port, timeout_s=20.0)
         if pin:
             os.sched_setaffinity(0, {client_cpu})
         n = max(1, int(rate_rps * duration_s))

@@ -79,10 +79,6 @@ class Link:
         while (o := self._outage(self._outage_idx)) is not None and o[1] <= t:
             self._outage_idx += 1
 
-    def in_outage(self, t: float) -> bool:
-        o = self._outage(self._outage_idx)
-        return o is not None and o[0] <= t < o[1]
-
     # -- processor sharing ----------------------------------------------------------------------
     def _advance(self) -> None:
         now = self.loop.now
