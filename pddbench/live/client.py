@@ -128,6 +128,8 @@ class ReplayClient:
             out.cached_tokens = int(details.get("cached_tokens") or 0)
         if "server_timing" in ev:
             out.server = ev["server_timing"]
+        if isinstance(ev.get("pdd"), dict):  # the PDD router's account of the request
+            out.server = ev["pdd"]
 
     async def run(self, reqs: list[LiveRequest], concurrency: int | None = None,
                   on_done: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], float]:
@@ -180,7 +182,7 @@ def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
     finish = times_ms[-1] if times_ms else nan
     gaps = [b - a for a, b in zip(times_ms, times_ms[1:])]
     produced = len(times_ms)
-    return {
+    row = {
         "request_id": req.request_id, "session_id": req.session_id, "turn": req.turn,
         "arrival_ms": arrival, "input_tokens": len(req.prompt), "output_tokens": produced if failed else max(produced, 1),
         "p_cached_tokens": o.cached_tokens, "decode_cached_tokens": 0, "pipeline": pipeline, "handoff_mode": "none",
@@ -194,3 +196,23 @@ def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
         "transfer_aborted": False, "singular_flow": False, "failed": failed,
         "failure_reason": o.failure or ("no_tokens" if failed else ""),
     }
+    if "pipeline" in o.server:
+        row.update(_router_fields(o.server, gaps, arrival))
+    return row
+
+
+_ROUTER_FIELDS = ("pipeline", "handoff_mode", "relay_tokens", "main_tokens", "decode_cached_tokens", "wan_kv_ms",
+                  "handoff_ms", "relay_busy_ms", "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes",
+                  "wan_kv_bytes_saved", "transfer_aborted", "singular_flow")
+
+
+def _router_fields(pdd: dict, gaps: list[float], arrival_ms: float) -> dict:
+    """The PDD router's per-request account (its last chunk) as record fields. The stall is
+    measured here, where the user is: the largest gap from the last relay token onwards."""
+    row = {k: (math.nan if pdd.get(k) is None else pdd[k]) for k in _ROUTER_FIELDS if k in pdd}
+    relay = int(pdd.get("relay_tokens") or 0)
+    if pdd.get("handoff_mode") in ("one_shot", "catch_up") and 0 < relay <= len(gaps):
+        row["handoff_stall_ms"] = max(gaps[relay - 1:])
+    if pdd.get("prefill_ms") is not None:
+        row["prefill_end_ms"] = arrival_ms + pdd["prefill_ms"]
+    return row
