@@ -211,7 +211,7 @@ def _router_fields(pdd: dict, gaps: list[float], arrival_ms: float) -> dict:
     measured here, where the user is: the largest gap from the last relay token onwards."""
     row = {k: (math.nan if pdd.get(k) is None else pdd[k]) for k in _ROUTER_FIELDS if k in pdd}
     relay = int(pdd.get("relay_tokens") or 0)
-    if pdd.get("handoff_mode") in ("one_shot", "catch_up") and 0 < relay <= len(gaps):
+    if pdd.get("handoff_mode") in ("one_shot", "catch_up") and pdd.get("main_tokens") and 0 < relay <= len(gaps):
         row["handoff_stall_ms"] = max(gaps[relay - 1:])
     if pdd.get("prefill_ms") is not None:
         row["prefill_end_ms"] = arrival_ms + pdd["prefill_ms"]

@@ -20,6 +20,8 @@ from pddbench.errors import UserError
 from pddbench.io import write_json
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.net import wait_port
+from pddbench.live.pdd_router import RouterConfig
+from pddbench.live.tiny_model import kv_bytes_per_token
 from pddbench.metrics.summary import summarize
 from pddbench.records import read_records
 from pddbench.workload.trace import write_trace
@@ -27,7 +29,7 @@ from pddbench.workload.trace import write_trace
 
 class LiveConfig(BaseModel):
     model_config = {"extra": "forbid"}
-    deployment: Literal["colocated", "same_dc_pd", "cross_dc_pd"] = "colocated"
+    deployment: Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"] = "colocated"
     model_dir: str | None = Field(None, description="served model; unset builds the tiny random model in the run folder")
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
@@ -39,15 +41,19 @@ class LiveConfig(BaseModel):
     vocab_hi: int = 1024
     timeout_s: float = Field(300.0, gt=0)
     calibrate_probes: int = Field(100, ge=10)
+    min_relay_tokens: int = Field(0, ge=0, description="pdd: hold each handoff until the relay has produced this many tokens")
 
 
-def start_proxy(host: str, port: int, p_url: str, d_url: str, netns: str | None, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pddbench.live.pd_proxy", "--host", host, "--port", str(port),
-           "--prefill", p_url, "--decode", d_url]
+CROSS_DC = ("cross_dc_pd", "pdd")
+ENGINE_BLOCK_TOKENS = 128  # vLLM CPU's KV block: the granularity of its prefix cache
+
+def start_front(module: str, args: list[str], host: str, port: int, netns: str | None, log: Path) -> subprocess.Popen:
+    """The request front (PD proxy or PDD router) as its own process, in dc-a when there is one."""
+    cmd = [sys.executable, "-m", module, "--host", host, "--port", str(port), *args]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_port(host, port, netns)
+    wait_port(host, port, netns, timeout_s=120)  # the router warms its KV paths first
     return proc
 
 
@@ -77,6 +83,33 @@ def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_siz
     log.write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         raise UserError(f"replay failed (exit {res.returncode}); see {log}")
+
+
+def pdd_specs(model_dir: str, port: int) -> list[EngineSpec]:
+    """P and RLD in dc-a (the fast local KV path), MD in dc-b behind the WAN. Two cores: P has
+    one, the two decoders share the other."""
+    return [EngineSpec("P", model_dir, port + 1, host="10.77.0.1", netns="pddb-dc-a", cpu=0,
+                       kv_role="kv_producer", side_channel_port=port + 101),
+            EngineSpec("RLD", model_dir, port + 2, host="10.77.0.1", netns="pddb-dc-a", cpu=1,
+                       kv_role="kv_consumer", side_channel_port=port + 102),
+            EngineSpec("MD", model_dir, port + 3, host="10.77.0.2", netns="pddb-dc-b", cpu=1,
+                       kv_role="kv_consumer", side_channel_port=port + 103)]
+
+
+def router_config(sc, specs: list[EngineSpec], model_dir: str) -> RouterConfig:
+    """The router's settings from the scenario: the same policy block the simulator reads."""
+    wan = sc.network.wan_profile()
+    rate = wan.rate_gbps / wan.rate_scale if wan.rate_gbps else None
+    pol = sc.policy
+    return RouterConfig(
+        prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_bytes_per_token(model_dir),
+        block_size=ENGINE_BLOCK_TOKENS, wan_rate_gbps=rate, wan_delay_ms=wan.delay_ms, ttft_sla_ms=sc.sla.ttft_ms,
+        handoff_mode=pol.handoff_mode, catch_up_threshold_tokens=pol.catch_up_threshold_tokens,
+        catch_up_batch_tokens=pol.catch_up_batch_tokens, catch_up_max_rounds=pol.catch_up_max_rounds,
+        relay_busy_fraction=pol.relay_busy_fraction, relay_ttft_budget_fraction=pol.relay_ttft_budget_fraction,
+        singular_filter=pol.singular_filter, singular_min_input_tokens=pol.singular_min_input_tokens,
+        singular_max_output_tokens=pol.singular_max_output_tokens, relay_only_pipeline=pol.relay_only_pipeline,
+        min_relay_tokens=sc.live.min_relay_tokens)
 
 
 def cross_dc_specs(model_dir: str, port: int) -> list[EngineSpec]:
@@ -109,14 +142,14 @@ def run_live(sc, run_dir: Path) -> dict:
     netem_up = False
     proxy = None
     try:
-        if kind == "cross_dc_pd":
+        if kind in CROSS_DC:
             from netem.calibrate import calibrate
             from netem.manager import down, up
 
             down()
             up(sc.network.wan_profile())
             netem_up = True
-            specs = cross_dc_specs(model_dir, port)
+            specs = cross_dc_specs(model_dir, port) if kind == "cross_dc_pd" else pdd_specs(model_dir, port)
         elif kind == "same_dc_pd":
             specs = [EngineSpec("P", model_dir, port + 1, cpu=0, kv_role="kv_producer", side_channel_port=port + 101),
                      EngineSpec("D", model_dir, port + 2, cpu=1, kv_role="kv_consumer", side_channel_port=port + 102)]
@@ -124,15 +157,22 @@ def run_live(sc, run_dir: Path) -> dict:
             specs = [EngineSpec("E0", model_dir, port + 1, cpu=0)]
         with EngineGroup(specs, logs) as group:
             before = group.metrics()
-            netns = "pddb-dc-a" if kind == "cross_dc_pd" else None
+            netns = "pddb-dc-a" if kind in CROSS_DC else None
+            host = "10.77.0.1" if netns else "127.0.0.1"
+            endpoint = f"http://{host}:{port}"
             if kind == "colocated":
                 endpoint = specs[0].url
+            elif kind == "pdd":
+                rcfg = router_config(sc, specs, model_dir)
+                write_json(run_dir / "router.json", rcfg.__dict__)
+                proxy = start_front("pddbench.live.pdd_router", ["--config", json.dumps(rcfg.__dict__),
+                                                                 "--warm-up-model", "tiny"],
+                                    host, port, netns, logs / "router.log")
             else:
-                host = "10.77.0.1" if netns else "127.0.0.1"
-                proxy = start_proxy(host, port, specs[0].url, specs[1].url, netns, logs / "proxy.log")
-                endpoint = f"http://{host}:{port}"
-            run_replay(cfg, endpoint, trace, run_dir / "replay", bs, "colocated" if kind == "colocated" else "p_d",
-                       netns, logs / "replay.log")
+                proxy = start_front("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url],
+                                    host, port, netns, logs / "proxy.log")
+            pipeline = {"colocated": "colocated", "pdd": "pdd"}.get(kind, "p_d")
+            run_replay(cfg, endpoint, trace, run_dir / "replay", bs, pipeline, netns, logs / "replay.log")
             engine_metrics = metric_deltas(before, group.metrics())
             if netem_up:
                 calibration = calibrate(probes=cfg.calibrate_probes, bulk_seconds=0)

@@ -152,10 +152,16 @@ def one_token_body(body: dict, **extra) -> dict:
 
 
 async def _post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        if resp.status != 200:
-            raise UpstreamError(resp.status, await resp.text())
-        return await resp.json()
+    for attempt in (1, 2):
+        try:
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                if resp.status != 200:
+                    raise UpstreamError(resp.status, await resp.text())
+                return await resp.json()
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            if attempt == 2:  # a pooled connection the engine had closed: one fresh try
+                raise
+    raise AssertionError("unreachable")
 
 
 class Router:
@@ -180,7 +186,15 @@ class Router:
         details = (res.get("usage") or {}).get("prompt_tokens_details") or {}
         return res["kv_transfer_params"], int(details.get("cached_tokens") or 0)
 
-    async def serve(self, body: dict, sink: asyncio.Queue, trip: Trip) -> None:
+    async def warm_up(self, model: str) -> None:
+        """One request down each KV path before serving: NIXL's first handshake between two
+        engines takes seconds and must not land in a measured request."""
+        body = {"model": model, "prompt": list(range(16, 16 + 3 * self.cfg.block_size // 2)), "max_tokens": 2,
+                "temperature": 0.0, "ignore_eos": True}
+        for pipeline in ("p_md", "p_rld_md"):
+            await self.serve(body, asyncio.Queue(), Trip(), force_pipeline=pipeline)
+
+    async def serve(self, body: dict, sink: asyncio.Queue, trip: Trip, force_pipeline: str | None = None) -> None:
         """Produce the request's tokens into `sink` as (source, ids, text, finish_reason)."""
         cfg, prompt = self.cfg, body["prompt"]
         n_out = int(body.get("max_tokens") or 16)
@@ -193,6 +207,7 @@ class Router:
         trip.pipeline = policy.choose_pipeline(
             predicted_wan_kv_ms=self.predict_wan_ms(wan_bytes), ttft_sla_ms=cfg.ttft_sla_ms,
             budget_fraction=cfg.relay_ttft_budget_fraction, relay_only_ablation=cfg.relay_only_pipeline)
+        trip.pipeline = force_pipeline or trip.pipeline
         t0 = time.monotonic()
         kv1, trip.p_cached_tokens = await self.prefill(body)
         trip.prefill_ms = (time.monotonic() - t0) * 1000
@@ -285,9 +300,10 @@ class Router:
                 trip.wan_token_id_bytes += policy.handoff_message_bytes(upto - handed)
                 await _post_json(self.session, cfg.main, one_token_body(up, prompt=prompt + relay.tokens[:upto]))
                 handed, trip.catch_up_rounds = upto, trip.catch_up_rounds + 1
-        if relay.task.done():   # the relay finished during the handoff: nothing left for MD
+        # The relay may finish during the handoff: then MD has nothing left to do (the mode
+        # stays the one chosen; main_tokens 0 tells the case apart).
+        if relay.task.done():
             relay.task.result()
-            trip.handoff_mode = "relay_finish"
             trip.relay_tokens = len(relay.tokens)
             return
         await relay.cut()
@@ -295,7 +311,6 @@ class Router:
         trip.relay_tokens = len(eager)
         remaining = n_out - len(eager)
         if remaining <= 0 or relay.finish_reason:
-            trip.handoff_mode = "relay_finish"
             return
         trip.wan_token_id_bytes += policy.handoff_message_bytes(len(eager) - handed)
         body = {**up, "prompt": prompt + eager, "max_tokens": remaining}
@@ -331,7 +346,7 @@ def _chunk(rid: str, model: str, created: int, text: str, ids: list[int] | None,
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    router: Router = request.app["router"]
+    router: Router = request.app[ROUTER]
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
@@ -406,7 +421,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def models(request: web.Request) -> web.Response:
-    async with request.app["router"].session.get(request.app["router"].cfg.main + "/v1/models") as resp:
+    async with request.app[ROUTER].session.get(request.app[ROUTER].cfg.main + "/v1/models") as resp:
         return web.json_response(await resp.json(), status=resp.status)
 
 
@@ -414,14 +429,20 @@ async def health(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(cfg: RouterConfig) -> web.Application:
+ROUTER = web.AppKey("router", Router)
+
+
+def make_app(cfg: RouterConfig, warm_model: str | None = None) -> web.Application:
     app = web.Application()
     router = Router(cfg)
-    app["router"] = router
+    app[ROUTER] = router
 
     async def session_ctx(_app):
         router.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
                                                connector=aiohttp.TCPConnector(limit=0))
+        if warm_model:
+            await router.warm_up(warm_model)
+            router.md_cache = PrefixCache(cfg.md_cache_blocks)
         yield
         await router.session.close()
     app.cleanup_ctx.append(session_ctx)
@@ -436,8 +457,10 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--config", required=True, help="RouterConfig as JSON")
+    p.add_argument("--warm-up-model", default=None, help="served model name: warm both KV paths before listening")
     a = p.parse_args()
-    web.run_app(make_app(RouterConfig.from_json(a.config)), host=a.host, port=a.port, print=None, access_log=None)
+    app = make_app(RouterConfig.from_json(a.config), warm_model=a.warm_up_model)
+    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -63,3 +63,14 @@ def build_tiny_model_subprocess(out: Path) -> str:
 
         raise UserError(f"building the tiny model failed: {res.stderr.strip()[-500:]}")
     return str(out)
+
+
+def kv_bytes_per_token(model_dir: str | Path) -> int:
+    """KV bytes one token takes in all layers (K and V), from a Llama-style config.json."""
+    import json
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(cfg.get("torch_dtype", "bfloat16")), 2)
+    return 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * dtype_bytes

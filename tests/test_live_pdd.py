@@ -1,0 +1,154 @@
+"""The PDD router on real vLLM engines (CPU build, tiny model): P, RLD and MD on loopback with the
+NixlConnector. With greedy decoding the client must receive exactly the single-instance token
+sequence whatever path and handoff the router takes. On loopback the KV reaches MD almost at once,
+so `min_relay_tokens` holds the handoff back until the relay has produced a few tokens."""
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from pddbench.live.engines import EngineGroup, EngineSpec, vllm_available
+from pddbench.live.net import free_port
+from pddbench.live.pdd_router import RouterConfig, make_app
+from pddbench.live.prompts import prompt_tokens
+from pddbench.live.sse import DONE, SSEParser
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from pddbench.live.tiny_model import build_tiny_model_subprocess
+
+    model = build_tiny_model_subprocess(tmp_path_factory.mktemp("tiny"))
+    base = free_port() % 20000 + 30000
+    specs = [EngineSpec("P", model, base + 1, cpu=0, kv_role="kv_producer", side_channel_port=base + 101),
+             EngineSpec("RLD", model, base + 2, cpu=1, kv_role="kv_consumer", side_channel_port=base + 102),
+             EngineSpec("MD", model, base + 3, cpu=1, kv_role="kv_consumer", side_channel_port=base + 103)]
+    with EngineGroup(specs, tmp_path_factory.mktemp("logs")) as group:
+        # NIXL handshakes (P-RLD, P-MD) happen on first use: do them before any timing matters
+        _through_router(group, [([7000, 7001], 200, 2)], relay_ttft_budget_fraction=1e9)
+        _through_router(group, [([7010, 7011], 200, 2)], min_relay_tokens=0)
+        yield group
+
+
+async def _complete(session, url, prompt, n, stream=True):
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": n, "min_tokens": n, "ignore_eos": True,
+            "temperature": 0.0, "stream": stream, "return_token_ids": True}
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        if not stream:
+            j = await resp.json()
+            return j["choices"][0]["token_ids"], j.get("pdd")
+        ids, pdd, parser = [], None, SSEParser()
+        async for chunk in resp.content.iter_any():
+            for ev in parser.feed(chunk):
+                if ev is DONE:
+                    continue
+                assert "error" not in ev, ev
+                for ch in ev.get("choices") or []:
+                    ids += ch.get("token_ids") or []
+                pdd = ev.get("pdd", pdd)
+        return ids, pdd
+
+
+def _through_router(group, cases, **overrides):
+    """Each (hash ids, prompt tokens, output tokens) through a fresh router and straight to P
+    (the single-instance reference); returns [(reference ids, PDD ids, pdd account)]."""
+    p, rld, md = (e.spec.url for e in group.engines)
+    cfg = RouterConfig(prefill=p, relay=rld, main=md, kv_bytes_per_token=2048, block_size=128, wan_rate_gbps=1.0,
+                       wan_delay_ms=30.0, ttft_sla_ms=1.0, **{"min_relay_tokens": 5, **overrides})
+
+    async def go():
+        runner = web.AppRunner(make_app(cfg))
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        out = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for hashes, length, n in cases:
+                    prompt = prompt_tokens(hashes, length, 128, 16, 1024)
+                    ref, _ = await _complete(s, p, prompt, n, stream=False)
+                    got, pdd = await _complete(s, f"http://127.0.0.1:{port}", prompt, n)
+                    out.append((ref, got, pdd))
+        finally:
+            await runner.cleanup()
+        return out
+    return asyncio.run(go())
+
+
+def _check(results):
+    for ref, got, pdd in results:
+        assert got == ref, (pdd, ref, got)
+        assert pdd["relay_tokens"] + pdd["main_tokens"] == len(ref), pdd
+
+
+@pytest.mark.parametrize("mode", ["one_shot", "catch_up"])
+def test_handoff_keeps_the_greedy_sequence(engines, mode):
+    res = _through_router(engines, [([7100, 7101, 7102, 7103, 7104, 7105], 700, 32),
+                                    ([7110, 7111, 7112], 300, 12)], handoff_mode=mode, catch_up_batch_tokens=4)
+    _check(res)
+    pdd = res[0][2]
+    assert pdd["pipeline"] == "p_rld_md" and pdd["handoff_mode"] == mode, pdd
+    assert pdd["relay_tokens"] >= 5 and pdd["wan_token_id_bytes"] > 0 and pdd["wan_kv_ms"] is not None, pdd
+    if mode == "catch_up":
+        assert pdd["catch_up_rounds"] >= 1, pdd
+    else:  # (Catch-Up may legitimately end with the relay finishing while MD replays)
+        assert pdd["main_tokens"] > 0 and pdd["handoff_ms"] is not None, pdd
+
+
+def test_requests_ending_around_the_handoff(engines):
+    """Output of exactly the held relay tokens (the relay finishes before any handoff) and one
+    more (it may finish while MD catches up): either way nothing is lost or repeated."""
+    res = _through_router(engines, [([7200, 7201, 7202], 300, 5), ([7210, 7211, 7212], 300, 6),
+                                    ([7220, 7221, 7222], 300, 7)], handoff_mode="catch_up", catch_up_batch_tokens=1)
+    _check(res)
+    assert res[0][2]["main_tokens"] == 0 and res[0][2]["relay_tokens"] == 5
+
+
+def test_adaptive_mode_follows_pending_tokens(engines):
+    few = _through_router(engines, [([7300, 7301, 7302], 300, 32)], catch_up_threshold_tokens=64)
+    many = _through_router(engines, [([7310, 7311, 7312], 300, 32)], catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
+    _check(few + many)
+    assert few[0][2]["handoff_mode"] == "one_shot", few[0][2]
+    assert many[0][2]["handoff_mode"] == "catch_up", many[0][2]
+
+
+def test_singular_flow_and_high_hit_pipelines(engines):
+    md = engines.engines[2]
+    before = md.metrics()
+    singular = _through_router(engines, [([7400, 7401, 7402, 7403, 7404, 7405], 700, 8)],
+                               singular_min_input_tokens=512, singular_max_output_tokens=8)
+    after = md.metrics()
+    _check(singular)
+    s = singular[0][2]
+    assert s["singular_flow"] and s["handoff_mode"] == "relay_finish" and s["wan_kv_bytes"] == 0
+    assert s["wan_kv_bytes_saved"] == 700 * 2048
+    assert after["prompt_tokens"] == before["prompt_tokens"], "MD must not see a singular flow"
+    direct = _through_router(engines, [([7500, 7501, 7502], 300, 8)], relay_ttft_budget_fraction=1e9)
+    _check(direct)
+    assert direct[0][2]["pipeline"] == "p_md" and direct[0][2]["relay_tokens"] == 0
+
+
+def test_md_takes_the_prompt_from_its_prefix_cache(engines):
+    """The handoff request's prompt part must be a prefix-cache hit on MD (pulled over the WAN),
+    not recomputed: MD computes locally only the tail block and the eager tokens."""
+    md = engines.engines[2]
+    for attempt in range(3):  # on a loaded machine the relay may finish first: then MD never takes over
+        time.sleep(2)  # vLLM's counters trail the responses a little
+        before = md.metrics()
+        hashes = [7600 + 10 * attempt + i for i in range(6)]
+        res = _through_router(engines, [(hashes, 700, 32)], handoff_mode="one_shot")
+        _check(res)
+        if res[0][2]["main_tokens"] > 0:
+            break
+    assert res[0][2]["main_tokens"] > 0, res[0][2]
+    time.sleep(2)
+    after = md.metrics()
+    assert after["external_kv_transfer_tokens"] - before["external_kv_transfer_tokens"] >= 640
+    assert after["prefix_cache_hit_tokens"] - before["prefix_cache_hit_tokens"] >= 640
+    assert after["local_compute_tokens"] - before["local_compute_tokens"] <= 128 + 32
