@@ -58,6 +58,9 @@ class EngineSpec:
                     "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
         if self.cpu is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)
+        if self.kv_role:  # see engine_site/sitecustomize.py: NIXL's busy progress thread off
+            site = str(Path(__file__).parent / "engine_site")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
         if self.side_channel_port is not None:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host

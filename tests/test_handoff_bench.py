@@ -1,0 +1,63 @@
+"""`pddbench handoff-bench`: real bytes over real sockets (the emulated WAN when root)."""
+
+import json
+import os
+import shutil
+import socket
+import threading
+
+import pytest
+
+from pddbench.live import handoff_wire
+from tests.conftest import run_cli
+
+
+
+def test_wire_delivers_every_byte_and_reports_arrival():
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    srv.close()
+    t = threading.Thread(target=handoff_wire.serve, args=("127.0.0.1", port, 1 << 20), daemon=True)
+    t.start()
+    from pddbench.live.net import wait_port
+
+    wait_port("127.0.0.1", port)
+    rows = handoff_wire.measure("127.0.0.1", port, tokens=10, kv_bytes_per_token=1000, trials=3, seed=1)
+    assert len(rows) == 3
+    for r in rows:
+        assert r["kv_bytes"] == 10_000
+        assert 0 <= r["kv_copy_ms"] <= r["kv_ms"] and r["kv_transfer_ms"] >= 0 and r["token_network_ms"] >= 0
+        assert r["token_bytes"] < 200  # 40 B of ids plus a small JSON header
+
+
+def test_loopback_defaults_match_the_article_payloads(tmp_path):
+    res = run_cli("handoff-bench", "--loopback", "--trials", "5", "--json", "--out", tmp_path / "hb", timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert s["kv_handoff"]["bytes"] == 100 * 47606 and round(s["kv_handoff"]["kib"]) == 4649
+    assert s["token_handoff"]["bytes"] <= 1.5 * 1024
+    for side in ("kv_handoff", "token_handoff"):
+        lat = s[side]["latency_ms"]
+        assert 0 < lat["mean"] <= lat["max"] and lat["p99"] <= lat["max"]
+    # the token handoff includes MD's recompute (here the paper scenario's latency model)
+    assert s["token_handoff"]["recompute_source"].startswith("model:")
+    assert s["token_handoff"]["latency_ms"]["mean"] >= s["token_handoff"]["recompute_ms"]["mean"]
+    for name in ("handoff_bench.json", "trials.csv", "handoff_latency_cdf.png"):
+        assert (tmp_path / "hb" / name).is_file()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and qdiscs")
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables)")
+def test_over_the_emulated_wan_each_handoff_pays_the_delay(tmp_path):
+    res = run_cli("handoff-bench", "--profile", "fixed-30ms", "--trials", "20", "--json", "--out", tmp_path / "hb",
+                  timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert s["link"]["profile"] == "fixed-30ms"
+    # 15 ms one way: no handoff can arrive sooner; 4.6 MB at 1 Gbit/s needs >= 38 ms more
+    assert s["token_handoff"]["network_ms"]["p50"] >= 14.5
+    assert s["kv_handoff"]["transfer_ms"]["p50"] >= 14.5 + 4.76e6 * 8 / 1e9 * 1e3 * 0.9
+    from netem.topology import our_namespaces
+
+    assert our_namespaces() == []
