@@ -1,7 +1,8 @@
 """The PDD router on real vLLM engines (CPU build, tiny model): P, RLD and MD on loopback with the
 NixlConnector. With greedy decoding the client must receive exactly the single-instance token
-sequence whatever path and handoff the router takes. On loopback the KV reaches MD almost at once,
-so `min_relay_tokens` holds the handoff back until the relay has produced a few tokens."""
+sequence whatever path and handoff the router takes. On loopback MD has the KV within a second:
+outputs that must see a handoff are long (160 tokens) so the relay does not finish first, and
+`min_relay_tokens` holds each handoff until the relay has produced a few tokens."""
 
 import asyncio
 import time
@@ -27,7 +28,7 @@ def engines(tmp_path_factory):
     base = free_port() % 20000 + 30000
     specs = [EngineSpec("P", model, base + 1, cpu=0, kv_role="kv_producer", side_channel_port=base + 101),
              EngineSpec("RLD", model, base + 2, cpu=1, kv_role="kv_consumer", side_channel_port=base + 102),
-             EngineSpec("MD", model, base + 3, cpu=1, kv_role="kv_consumer", side_channel_port=base + 103)]
+             EngineSpec("MD", model, base + 3, cpu=0, kv_role="kv_consumer", side_channel_port=base + 103)]
     with EngineGroup(specs, tmp_path_factory.mktemp("logs")) as group:
         # NIXL handshakes (P-RLD, P-MD) happen on first use: do them before any timing matters
         _through_router(group, [([7000, 7001], 200, 2)], relay_ttft_budget_fraction=1e9)
@@ -89,7 +90,7 @@ def _check(results):
 
 @pytest.mark.parametrize("mode", ["one_shot", "catch_up"])
 def test_handoff_keeps_the_greedy_sequence(engines, mode):
-    res = _through_router(engines, [([7100, 7101, 7102, 7103, 7104, 7105], 700, 32),
+    res = _through_router(engines, [([7100, 7101, 7102, 7103, 7104, 7105], 700, 160),
                                     ([7110, 7111, 7112], 300, 12)], handoff_mode=mode, catch_up_batch_tokens=4)
     _check(res)
     pdd = res[0][2]
@@ -111,8 +112,8 @@ def test_requests_ending_around_the_handoff(engines):
 
 
 def test_adaptive_mode_follows_pending_tokens(engines):
-    few = _through_router(engines, [([7300, 7301, 7302], 300, 32)], catch_up_threshold_tokens=64)
-    many = _through_router(engines, [([7310, 7311, 7312], 300, 32)], catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
+    few = _through_router(engines, [([7300, 7301, 7302], 300, 160)], catch_up_threshold_tokens=64)
+    many = _through_router(engines, [([7310, 7311, 7312], 300, 160)], catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
     _check(few + many)
     assert few[0][2]["handoff_mode"] == "one_shot", few[0][2]
     assert many[0][2]["handoff_mode"] == "catch_up", many[0][2]
@@ -142,7 +143,7 @@ def test_md_takes_the_prompt_from_its_prefix_cache(engines):
         time.sleep(2)  # vLLM's counters trail the responses a little
         before = md.metrics()
         hashes = [7600 + 10 * attempt + i for i in range(6)]
-        res = _through_router(engines, [(hashes, 700, 32)], handoff_mode="one_shot")
+        res = _through_router(engines, [(hashes, 700, 160)], handoff_mode="one_shot")
         _check(res)
         if res[0][2]["main_tokens"] > 0:
             break

@@ -83,3 +83,26 @@ def test_cross_dc_pd_ttft_follows_wan_bandwidth(tiny, tmp_path):
     from netem.topology import our_namespaces
 
     assert our_namespaces() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")
+def test_pdd_run_over_the_emulated_wan(tiny, tmp_path):
+    """P and RLD in dc-a, MD in dc-b, the PDD router in front: an agentic trace completes, low-hit
+    requests are masked by the relay, high-hit ones go straight to MD, and MD took KV over the WAN."""
+    res = run_cli("run", LIVE / "pdd.yaml", "--set", f"live.model_dir={tiny}", "--set", "workload.synth.requests=16",
+                  "--set", "live.rate_rps=2", "--out", tmp_path / "run", timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["requests_completed"] == 16 and s["requests_failed"] == 0, s
+    rec = read_records(tmp_path / "run" / "records.parquet")
+    assert set(rec["pipeline"]) <= {"p_md", "p_rld_md"} and "p_rld_md" in set(rec["pipeline"])
+    assert (rec["relay_tokens"] + rec["main_tokens"] == rec["output_tokens"]).all()
+    relayed = rec[rec["pipeline"] == "p_rld_md"]
+    assert (relayed["relay_tokens"] >= 1).all()  # the relay produced each one's first token
+    assert s["engine_metrics"]["external_kv_transfer_tokens"] > 0
+    assert s["link_calibration"] is not None
+    assert (tmp_path / "run" / "router.json").is_file() and (tmp_path / "run" / "logs" / "router.log").is_file()
+    assert _no_engines_left()
+    from netem.topology import our_namespaces
+
+    assert our_namespaces() == []

@@ -61,6 +61,7 @@ class EngineSpec:
         if self.kv_role:  # see engine_site/sitecustomize.py: NIXL's busy progress thread off
             site = str(Path(__file__).parent / "engine_site")
             env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+            env.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")  # what vLLM sets, had NIXL not been imported first
         if self.side_channel_port is not None:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
