@@ -420,6 +420,24 @@ def handoff_bench_cmd(
     console.print(f"[green]done[/]: open {run_dir}")
 
 
+@app.command("fidelity")
+def fidelity_cmd(
+    live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml makes one)."),
+    twin: Path = typer.Option(Path("scenarios/live/sim-twin-same-dc-pd.yaml"), "--twin", help="The simulated twin scenario."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (new or empty); default LIVE_RUN/fidelity."),
+) -> None:
+    """Sim vs live on the same requests: replays the live run's trace through the twin scenario
+    with the live arrival times and step times calibrated from the live engines; reports TTFT per
+    percentile (live, sim, error) in fidelity.json / fidelity.csv / fidelity_ttft.png."""
+    from pddbench.fidelity import fidelity
+    from pddbench.io import claim_out_folder
+
+    res = fidelity(live_run, twin, claim_out_folder(out or live_run / "fidelity"))
+    for r in res["ttft"]:
+        console.print(f"TTFT p{r['percentile']}: live {r['live_ttft_ms']:.1f} ms, sim {r['sim_ttft_ms']:.1f} ms, "
+                      f"error {r['error_ms']:+.1f} ms ({r['error_pct']:+.1f}%)", highlight=False)
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),

@@ -233,6 +233,9 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         candidate = path.parent / trace
         if candidate.exists():
             data["workload"]["trace"] = str(candidate)
+    calib = (data.get("latency") or {}).get("calibration_csv")
+    if isinstance(calib, str) and not Path(calib).is_absolute() and (path.parent / calib).exists():
+        data["latency"]["calibration_csv"] = str(path.parent / calib)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

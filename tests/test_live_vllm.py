@@ -49,6 +49,17 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert s["requests_completed"] == 8 and s["requests_failed"] == 0
     assert s["engine_metrics"]["external_kv_transfer_tokens"] > 0
     assert _no_engines_left()
+    # the simulator's twin on the same requests, with step times measured on these engines
+    calib = (tmp_path / "run" / "engine_calibration.csv").read_text().splitlines()
+    assert calib[0] == "phase,tokens,attn_pairs,batch,kv_tokens,step_ms"
+    assert sum(r.startswith("prefill,") for r in calib) >= 5 and sum(r.startswith("decode,") for r in calib) >= 3
+    res = run_cli("fidelity", tmp_path / "run", "--out", tmp_path / "fid", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fid = json.loads((tmp_path / "fid" / "fidelity.json").read_text())
+    assert fid["requests_live"] == fid["requests_sim"] == 8
+    assert [r["percentile"] for r in fid["ttft"]] == [10, 25, 50, 75, 90, 95, 99]
+    assert all(r["sim_ttft_ms"] > 0 and r["live_ttft_ms"] > 0 for r in fid["ttft"])
+    assert (tmp_path / "fid" / "fidelity_ttft.png").is_file()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")

@@ -42,6 +42,8 @@ class LiveConfig(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     calibrate_probes: int = Field(100, ge=10)
     min_relay_tokens: int = Field(0, ge=0, description="pdd: hold each handoff until the relay has produced this many tokens")
+    calibrate_engine: bool = Field(False, description="after the replay, measure P's prefill and D's decode step "
+                                   "times into engine_calibration.csv (colocated / same_dc_pd), for `pddbench fidelity`")
 
 
 CROSS_DC = ("cross_dc_pd", "pdd")
@@ -175,6 +177,13 @@ def run_live(sc, run_dir: Path) -> dict:
             pipeline = {"colocated": "colocated", "pdd": "pdd"}.get(kind, "p_d")
             run_replay(cfg, endpoint, trace, run_dir / "replay", bs, pipeline, netns, logs / "replay.log")
             engine_metrics = metric_deltas(before, group.metrics())
+            if cfg.calibrate_engine and kind in ("colocated", "same_dc_pd"):
+                from pddbench.io import write_text
+                from pddbench.live.client import run_sync
+                from pddbench.live.engine_calibration import measure, to_csv
+
+                rows = run_sync(measure(specs[0].url, specs[-1].url, vocab=(cfg.vocab_lo, cfg.vocab_hi)))
+                write_text(run_dir / "engine_calibration.csv", to_csv(rows))
             if netem_up:
                 calibration = calibrate(probes=cfg.calibrate_probes, bulk_seconds=0)
     finally:

@@ -1,0 +1,96 @@
+"""`pddbench fidelity LIVE_RUN`: the simulator against a live run on the same requests.
+
+The live run's trace is replayed through the twin scenario with the live arrival times (so both
+see one arrival process) and the step times calibrated from the live engines
+(`engine_calibration.csv` in the live run). Output: TTFT per percentile, live vs sim, and the
+error (sim - live, ms and %), as JSON, CSV and a figure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from pddbench.errors import UserError
+from pddbench.io import save_figure, write_json, write_text
+from pddbench.records import read_records
+
+PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
+
+
+def live_arrival_requests(live_dir: Path):
+    """The live run's requests with their live send times as timestamps."""
+    from pddbench.workload.trace import load_trace
+
+    records = read_records(live_dir / "records.parquet")
+    trace = load_trace(live_dir / "trace.jsonl", block_size=_block_size(live_dir))
+    arrival = dict(zip(records["request_id"], records["arrival_ms"]))
+    reqs = [dataclasses.replace(r, timestamp_ms=int(round(arrival[i]))) for i, r in enumerate(trace) if i in arrival]
+    if not reqs:
+        raise UserError(f"{live_dir}: no request of trace.jsonl has a record")
+    return sorted(reqs, key=lambda r: r.timestamp_ms), records
+
+
+def _block_size(live_dir: Path) -> int:
+    import yaml
+
+    sc = yaml.safe_load((live_dir / "scenario.yaml").read_text())
+    return int(sc["workload"]["block_size"])
+
+
+def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
+    rows = []
+    for q in PERCENTILES:
+        lv, sv = float(np.percentile(live_ttft, q)), float(np.percentile(sim_ttft, q))
+        rows.append({"percentile": q, "live_ttft_ms": lv, "sim_ttft_ms": sv, "error_ms": sv - lv,
+                     "error_pct": 100 * (sv - lv) / lv if lv else float("nan")})
+    return rows
+
+
+def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
+    from pddbench.runner import simulate_summary
+    from pddbench.scenario import load_scenario
+
+    for name in ("records.parquet", "trace.jsonl", "scenario.yaml"):
+        if not (live_dir / name).is_file():
+            raise UserError(f"{live_dir} is not a live run folder: it has no {name}")
+    calib = live_dir / "engine_calibration.csv"
+    if not calib.is_file():
+        raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
+                        "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml sets it)")
+    reqs, live = live_arrival_requests(live_dir)
+    sc = load_scenario(twin, [f"latency.calibration_csv={calib.resolve()}"])
+    sim, sim_summary = simulate_summary(sc, reqs=reqs)
+    live_ok, sim_ok = live[~live["failed"]], sim[~sim["failed"]]
+    if live_ok.empty or sim_ok.empty:
+        raise UserError("no completed request on one side: nothing to compare")
+    rows = ttft_table(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy())
+    result = {"live_run": str(live_dir), "twin_scenario": str(twin), "requests_live": int(len(live_ok)),
+              "requests_sim": int(len(sim_ok)), "ttft": rows,
+              "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
+              "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
+    write_json(out / "fidelity.json", result)
+    write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(
+        f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},{r['error_pct']:.2f}\n"
+        for r in rows))
+    _plot(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy(), rows, out / "fidelity_ttft.png")
+    return result
+
+
+def _plot(live: np.ndarray, sim: np.ndarray, rows: list[dict], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for data, label in ((live, "live (vLLM)"), (sim, "simulator (calibrated)")):
+        x = np.sort(data)
+        ax1.plot(x, np.arange(1, len(x) + 1) / len(x), label=label)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("TTFT (ms, log)")
+    ax1.set_ylabel("CDF")
+    ax1.legend()
+    ax2.bar([f"p{r['percentile']}" for r in rows], [r["error_pct"] for r in rows])
+    ax2.axhline(0, color="black", linewidth=0.8)
+    ax2.set_ylabel("sim - live (% of live TTFT)")
+    ax2.set_title("TTFT error per percentile")
+    save_figure(fig, path)
