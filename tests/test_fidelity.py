@@ -1,0 +1,33 @@
+"""The sim-vs-live fidelity table and the simulated twin of live same-DC PD (its live half runs in
+tests/test_live_vllm.py on real vLLM)."""
+
+import json
+
+import numpy as np
+
+from pddbench.fidelity import PERCENTILES, ttft_table
+from tests.conftest import REPO, run_cli
+
+
+def test_error_is_sim_minus_live_per_percentile():
+    live = np.arange(1, 101, dtype=float) * 10        # 10 .. 1000 ms
+    rows = ttft_table(live, live * 1.2)
+    assert [r["percentile"] for r in rows] == list(PERCENTILES)
+    for r in rows:
+        assert np.isclose(r["sim_ttft_ms"], 1.2 * r["live_ttft_ms"])
+        assert np.isclose(r["error_ms"], r["sim_ttft_ms"] - r["live_ttft_ms"]) and np.isclose(r["error_pct"], 20.0)
+
+
+def test_twin_scenario_simulates_with_the_shipped_calibration(tmp_path):
+    res = run_cli("run", REPO / "scenarios" / "live" / "sim-twin-same-dc-pd.yaml", "--out", tmp_path / "twin")
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads((tmp_path / "twin" / "summary.json").read_text())
+    assert s["runtime"] == "sim" and s["requests_completed"] == s["requests_total"] > 0
+    # a 4K-token prefill on the CPU engine takes ~0.7 s in the calibration: TTFT tails exceed it
+    assert s["ttft_ms"]["max"] > 700
+
+
+def test_fidelity_names_what_is_missing(tmp_path):
+    res = run_cli("fidelity", tmp_path)
+    assert res.returncode == 2 and "records.parquet" in res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
