@@ -169,3 +169,36 @@ def test_replay_cli_against_fixed_endpoint(tmp_path):
     finally:
         srv.terminate()
         srv.wait()
+
+
+def test_ctrl_c_keeps_the_requests_measured_so_far(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pddbench.records import read_records
+
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),
+                            "--ttft-ms", "5", "--itl-ms", "1"])
+    try:
+        wait_port("127.0.0.1", port, timeout_s=10)
+        trace = tmp_path / "t.jsonl"
+        trace.write_text("".join(json.dumps({"timestamp": i * 200, "input_length": 100, "output_length": 4,
+                                             "hash_ids": [1 + i]}) + "\n" for i in range(100)))
+        out = tmp_path / "r"
+        rep = subprocess.Popen([sys.executable, "-m", "pddbench", "replay", "--endpoint", f"http://127.0.0.1:{port}",
+                                "--trace", trace, "--out", out, "--model", "fixed"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(4)  # ~10-15 of the 100 requests (one per 200 ms) have been served
+        rep.send_signal(signal.SIGINT)
+        _, err = rep.communicate(timeout=60)
+        assert rep.returncode == 130, err[-2000:]
+        rec = read_records(out / "records.parquet")
+        assert 3 <= len(rec) < 100 and (~rec["failed"]).sum() >= 3
+        assert json.loads((out / "summary.json").read_text())["interrupted"] is True
+        assert b"Traceback" not in err
+    finally:
+        srv.terminate()
+        srv.wait()

@@ -132,13 +132,17 @@ class ReplayClient:
             out.server = ev["pdd"]
 
     async def run(self, reqs: list[LiveRequest], concurrency: int | None = None,
-                  on_done: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], float]:
+                  on_done: Callable[[Outcome], None] | None = None,
+                  outcomes: list[Outcome] | None = None) -> tuple[list[Outcome], float]:
         """Send every request at its intended offset (or keep `concurrency` in flight); returns
-        the outcomes and the run's monotonic start time."""
+        the outcomes and the run's monotonic start time. Pass `outcomes` (empty) to keep what
+        was measured when the run is interrupted."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10)
         limit = concurrency or self.max_connections
         connector = aiohttp.TCPConnector(limit=limit, force_close=False, enable_cleanup_closed=True)
-        outcomes = [Outcome(r) for r in reqs]
+        if outcomes is None:
+            outcomes = []
+        outcomes[:] = [Outcome(r) for r in reqs]
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             await self._warm(session, min(limit, max(1, len(reqs)), 64))
             t0 = _now()

@@ -43,11 +43,15 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
     client = ReplayClient(endpoint, model, timeout_s=timeout_s)
     counts = {"done": 0, "failed": 0}
     ttfts: list[float] = []
+    outcomes: list = []
+    finished: set[int] = set()
+    interrupted = False
     with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("", total=len(reqs))
 
         def on_done(o) -> None:
+            finished.add(o.req.request_id)
             counts["failed" if o.failure else "done"] += 1
             if not o.failure and o.token_times_s:
                 ttfts.append((o.token_times_s[0] - o.send_s) * 1000)
@@ -57,14 +61,25 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
             bar.update(task, advance=1, description=f"done {counts['done']} failed {counts['failed']} "
                                                     f"TTFT p50 {p50:.0f} p90 {p90:.0f} ms")
 
-        outcomes, _ = run_sync(client.run(reqs, concurrency, on_done))
+        try:
+            run_sync(client.run(reqs, concurrency, on_done, outcomes))
+        except KeyboardInterrupt:  # keep what was measured; requests still in flight count as failed
+            interrupted = True
+            for o in outcomes:
+                if o.req.request_id not in finished and not o.failure:
+                    o.failure = "interrupted"
+            outcomes = [o for o in outcomes if o.req.request_id in finished or o.token_times_s]
     records = to_frame([outcome_record(o, pipeline) for o in outcomes])
     write_records(out / "records.parquet", records)
     summary = summarize(records, deployment=pipeline, sla_ttft_ms=sla[0], sla_tpot_ms=sla[1], sla_percentile_q=sla[2])
     lag_p99 = float(records["schedule_lag_ms"].quantile(0.99)) if len(records) else 0.0
     summary.update({"runtime": "live", "endpoint": endpoint, "schedule_lag_p99_ms": round(lag_p99, 3),
                     "schedule_ok": concurrency is not None or lag_p99 <= lag_tolerance_ms})
+    summary["interrupted"] = interrupted
     write_json(out / "summary.json", summary)
+    if interrupted:
+        console.print(f"[yellow]interrupted[/]: kept {len(records)} requests in {out}")
+        raise KeyboardInterrupt
     if not summary["schedule_ok"]:
         console.print(f"[bold red]schedule lag p99 {lag_p99:.1f} ms exceeds {lag_tolerance_ms} ms[/]: "
                       "the client fell behind; latencies are not trustworthy")
