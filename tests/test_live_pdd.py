@@ -82,6 +82,16 @@ def _through_router(group, cases, **overrides):
     return asyncio.run(go())
 
 
+def _until_handoff(group, hashes, length, n, **overrides):
+    """One request through a fresh router; again with a fresh prompt (up to 3 times) when the
+    relay finished before MD had the KV, which a loaded machine can cause."""
+    for attempt in range(3):
+        res = _through_router(group, [([h + 1000 * attempt for h in hashes], length, n)], **overrides)
+        if res[0][2]["handoff_mode"] != "relay_finish":
+            break
+    return res
+
+
 def _check(results):
     for ref, got, pdd in results:
         assert got == ref, (pdd, ref, got)
@@ -90,8 +100,9 @@ def _check(results):
 
 @pytest.mark.parametrize("mode", ["one_shot", "catch_up"])
 def test_handoff_keeps_the_greedy_sequence(engines, mode):
-    res = _through_router(engines, [([7100, 7101, 7102, 7103, 7104, 7105], 700, 160),
-                                    ([7110, 7111, 7112], 300, 12)], handoff_mode=mode, catch_up_batch_tokens=4)
+    res = _until_handoff(engines, [7100, 7101, 7102, 7103, 7104, 7105], 700, 160, handoff_mode=mode,
+                         catch_up_batch_tokens=4)
+    res += _through_router(engines, [([7110, 7111, 7112], 300, 12)], handoff_mode=mode, catch_up_batch_tokens=4)
     _check(res)
     pdd = res[0][2]
     assert pdd["pipeline"] == "p_rld_md" and pdd["handoff_mode"] == mode, pdd
@@ -112,8 +123,8 @@ def test_requests_ending_around_the_handoff(engines):
 
 
 def test_adaptive_mode_follows_pending_tokens(engines):
-    few = _through_router(engines, [([7300, 7301, 7302], 300, 160)], catch_up_threshold_tokens=64)
-    many = _through_router(engines, [([7310, 7311, 7312], 300, 160)], catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
+    few = _until_handoff(engines, [7300, 7301, 7302], 300, 160, catch_up_threshold_tokens=64)
+    many = _until_handoff(engines, [7310, 7311, 7312], 300, 160, catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
     _check(few + many)
     assert few[0][2]["handoff_mode"] == "one_shot", few[0][2]
     assert many[0][2]["handoff_mode"] == "catch_up", many[0][2]
@@ -139,11 +150,11 @@ def test_md_takes_the_prompt_from_its_prefix_cache(engines):
     """The handoff request's prompt part must be a prefix-cache hit on MD (pulled over the WAN),
     not recomputed: MD computes locally only the tail block and the eager tokens."""
     md = engines.engines[2]
-    for attempt in range(3):  # on a loaded machine the relay may finish first: then MD never takes over
+    for attempt in range(4):  # on a loaded machine the relay may finish first: then MD never takes over
         time.sleep(2)  # vLLM's counters trail the responses a little
         before = md.metrics()
         hashes = [7600 + 10 * attempt + i for i in range(6)]
-        res = _through_router(engines, [(hashes, 700, 160)], handoff_mode="one_shot")
+        res = _through_router(engines, [(hashes, 700, 400)], handoff_mode="one_shot")
         _check(res)
         if res[0][2]["main_tokens"] > 0:
             break
@@ -152,4 +163,5 @@ def test_md_takes_the_prompt_from_its_prefix_cache(engines):
     after = md.metrics()
     assert after["external_kv_transfer_tokens"] - before["external_kv_transfer_tokens"] >= 640
     assert after["prefix_cache_hit_tokens"] - before["prefix_cache_hit_tokens"] >= 640
-    assert after["local_compute_tokens"] - before["local_compute_tokens"] <= 128 + 32
+    eager = res[0][2]["relay_tokens"]  # MD recomputes the prompt's partial last block (60) and the eager tokens
+    assert after["local_compute_tokens"] - before["local_compute_tokens"] <= 60 + eager + 8

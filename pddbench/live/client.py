@@ -158,13 +158,18 @@ class ReplayClient:
                 await asyncio.gather(*(bounded(o) for o in outcomes))
                 return outcomes, t0
             tasks = []
-            for o in outcomes:
-                await _wait_until(t0 + o.req.intended_s)
-                task = asyncio.create_task(self._one(session, o.req, t0, o))
-                if on_done:
-                    task.add_done_callback(lambda _t, o=o: on_done(o))
-                tasks.append(task)
-            await asyncio.gather(*tasks)
+            try:
+                for o in outcomes:
+                    await _wait_until(t0 + o.req.intended_s)
+                    task = asyncio.create_task(self._one(session, o.req, t0, o))
+                    if on_done:
+                        task.add_done_callback(lambda _t, o=o: on_done(o))
+                    tasks.append(task)
+                await asyncio.gather(*tasks)
+            finally:  # interrupted: end the requests in flight before the session closes under them
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         return outcomes, t0
 
 

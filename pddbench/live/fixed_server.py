@@ -33,6 +33,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     usage = {"prompt_tokens": len(body.get("prompt") or []), "completion_tokens": n}
     await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage, "server_timing": timing}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
+    if cfg.log_requests:  # lets a test act once the client is demonstrably running
+        print("served", flush=True)
     return resp
 
 
@@ -40,9 +42,9 @@ async def models(_request: web.Request) -> web.Response:
     return web.json_response({"data": [{"id": "fixed"}]})
 
 
-def make_app(ttft_ms: float, itl_ms: float) -> web.Application:
+def make_app(ttft_ms: float, itl_ms: float, log_requests: bool = False) -> web.Application:
     app = web.Application()
-    app["cfg"] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms)
+    app["cfg"] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms, log_requests=log_requests)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     return app
@@ -53,10 +55,11 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--log-requests", action="store_true", help="print a line per completed request")
     a = p.parse_args()
     import uvloop
 
-    web.run_app(make_app(a.ttft_ms, a.itl_ms), host="127.0.0.1", port=a.port, print=None, access_log=None,
+    web.run_app(make_app(a.ttft_ms, a.itl_ms, a.log_requests), host="127.0.0.1", port=a.port, print=None, access_log=None,
                 loop=uvloop.new_event_loop())
 
 
