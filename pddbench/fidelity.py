@@ -60,14 +60,26 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
         raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
                         "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml sets it)")
     reqs, live = live_arrival_requests(live_dir)
-    sc = load_scenario(twin, [f"latency.calibration_csv={calib.resolve()}"])
+    overrides = [f"latency.calibration_csv={calib.resolve()}"]
+    link = None
+    xfer = live_dir / "kv_transfer_calibration.csv"
+    if xfer.is_file():  # the measured P -> D transfer replaces the twin's idealised RDMA link
+        import csv
+
+        from pddbench.live.engine_calibration import fit_link
+
+        with xfer.open() as fh:
+            link = fit_link([{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)])
+        rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
+        overrides.append(f"network.rdma={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}}}")
+    sc = load_scenario(twin, overrides)
     sim, sim_summary = simulate_summary(sc, reqs=reqs)
     live_ok, sim_ok = live[~live["failed"]], sim[~sim["failed"]]
     if live_ok.empty or sim_ok.empty:
         raise UserError("no completed request on one side: nothing to compare")
     rows = ttft_table(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy())
     result = {"live_run": str(live_dir), "twin_scenario": str(twin), "requests_live": int(len(live_ok)),
-              "requests_sim": int(len(sim_ok)), "ttft": rows,
+              "requests_sim": int(len(sim_ok)), "kv_link_fitted": link, "ttft": rows,
               "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
     write_json(out / "fidelity.json", result)

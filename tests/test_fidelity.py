@@ -31,3 +31,15 @@ def test_fidelity_names_what_is_missing(tmp_path):
     res = run_cli("fidelity", tmp_path)
     assert res.returncode == 2 and "records.parquet" in res.stdout + res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_kv_link_fit_recovers_delay_and_rate():
+    from pddbench.live.engine_calibration import fit_link
+
+    # 5 ms fixed + 1 Gbit/s: 1 MB takes 8 ms more
+    rows = [{"kv_bytes": b, "transfer_ms": 5 + b * 8 / 1e9 * 1e3} for b in (1e6, 2e6, 4e6, 8e6) for _ in range(3)]
+    rows.append({"kv_bytes": 2e6, "transfer_ms": 900.0})  # one stalled pull: the median ignores it
+    link = fit_link(rows)
+    assert abs(link["delay_ms"] - 5) < 1e-6 and abs(link["rate_gbps"] - 1.0) < 1e-6
+    flat = fit_link([{"kv_bytes": b, "transfer_ms": 25.0} for b in (1e6, 8e6)])
+    assert flat == {"delay_ms": 25.0, "rate_gbps": None}

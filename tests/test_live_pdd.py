@@ -123,7 +123,7 @@ def test_requests_ending_around_the_handoff(engines):
 
 
 def test_adaptive_mode_follows_pending_tokens(engines):
-    few = _until_handoff(engines, [7300, 7301, 7302], 300, 160, catch_up_threshold_tokens=64)
+    few = _until_handoff(engines, [7300, 7301, 7302], 300, 160, catch_up_threshold_tokens=1000)
     many = _until_handoff(engines, [7310, 7311, 7312], 300, 160, catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
     _check(few + many)
     assert few[0][2]["handoff_mode"] == "one_shot", few[0][2]

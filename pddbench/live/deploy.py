@@ -184,6 +184,13 @@ def run_live(sc, run_dir: Path) -> dict:
 
                 rows = run_sync(measure(specs[0].url, specs[-1].url, vocab=(cfg.vocab_lo, cfg.vocab_hi)))
                 write_text(run_dir / "engine_calibration.csv", to_csv(rows))
+                if kind == "same_dc_pd":
+                    from pddbench.live.engine_calibration import measure_kv_transfer
+
+                    xfer = run_sync(measure_kv_transfer(specs[0].url, specs[1].url, kv_bytes_per_token(model_dir),
+                                                        vocab=(cfg.vocab_lo, cfg.vocab_hi)))
+                    write_text(run_dir / "kv_transfer_calibration.csv",
+                               to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
             if netem_up:
                 calibration = calibrate(probes=cfg.calibrate_probes, bulk_seconds=0)
     finally:

@@ -1,6 +1,6 @@
 """Step times of real engines, for the simulator's calibrated latency model
 (pddbench/sim/latency.py, `Calibrated`): prefill time against prompt length on P, decode step time
-against batch size on D. Rows use the CSV columns the model fits:
+against batch size and context on D. Rows use the CSV columns the model fits:
 phase,tokens,attn_pairs,batch,kv_tokens,step_ms.
 
 Prefill: uncached prompts with max_tokens 1, time to the response (so the HTTP hop is included, as
@@ -18,8 +18,9 @@ import aiohttp
 from pddbench.live.sse import DONE, SSEParser
 
 PREFILL_TOKENS = (128, 512, 1024, 2048, 4096)
-DECODE_BATCHES = (1, 2, 4, 8)
-DECODE_CONTEXT, DECODE_TOKENS = 512, 24
+# (batch, context tokens per sequence): batch and KV size vary independently for the fit
+DECODE_SHAPES = ((1, 512), (2, 512), (4, 512), (8, 512), (1, 3072), (4, 3072))
+DECODE_TOKENS = 24
 
 
 def _prompt(seed: int, n: int, lo: int, hi: int) -> list[int]:
@@ -59,19 +60,66 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
                 ms = await _prefill_ms(session, prefill_url, model, _prompt(seed + n * 10 + r, n, *vocab))
                 rows.append({"phase": "prefill", "tokens": n, "attn_pairs": n * n / 2, "batch": "", "kv_tokens": "",
                              "step_ms": round(ms, 3)})
-        for b in DECODE_BATCHES:
+        for b, ctx in DECODE_SHAPES:
             streams = await asyncio.gather(*(
-                _stream_times(session, decode_url, model, _prompt(seed + 50_000 + b * 100 + i, DECODE_CONTEXT, *vocab),
+                _stream_times(session, decode_url, model, _prompt(seed + 50_000 + ctx + b * 100 + i, ctx, *vocab),
                               DECODE_TOKENS) for i in range(b)))
             start = max(s[0] for s in streams)  # every stream decoding: the batch is full
             gaps = [(t2 - t1) * 1000 for s in streams for t1, t2 in zip(s, s[1:]) if t1 >= start]
             if gaps:
                 rows.append({"phase": "decode", "tokens": "", "attn_pairs": "", "batch": b,
-                             "kv_tokens": b * (DECODE_CONTEXT + DECODE_TOKENS // 2),
+                             "kv_tokens": b * (ctx + DECODE_TOKENS // 2),
                              "step_ms": round(statistics.median(gaps), 3)})
     return rows
 
 
-def to_csv(rows: list[dict]) -> str:
-    cols = ["phase", "tokens", "attn_pairs", "batch", "kv_tokens", "step_ms"]
+TRANSFER_TOKENS = (512, 1024, 2048, 4096)
+
+
+async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_token: int, model: str = "tiny",
+                              vocab: tuple[int, int] = (16, 1024), reps: int = 3, seed: int = 90_000) -> list[dict]:
+    """P -> D KV transfer through the connector: P prefills an uncached prompt with
+    do_remote_decode; the time from then until D answers a one-token request with P's
+    kv_transfer_params is the pull plus one decode step (measured separately and subtracted
+    by the fit's intercept)."""
+    from pddbench.live.pdd_router import one_token_body
+
+    rows = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        for n in TRANSFER_TOKENS:
+            for r in range(reps):
+                body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
+                pbody = one_token_body(body, kv_transfer_params={
+                    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                    "remote_block_ids": None, "remote_host": None, "remote_port": None})
+                async with session.post(prefill_url + "/v1/completions", json=pbody) as resp:
+                    resp.raise_for_status()
+                    kv = (await resp.json())["kv_transfer_params"]
+                t0 = time.monotonic()
+                async with session.post(decode_url + "/v1/completions",
+                                        json=one_token_body(body, kv_transfer_params=kv)) as resp:
+                    await resp.read()
+                    resp.raise_for_status()
+                rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token,
+                             "transfer_ms": round((time.monotonic() - t0) * 1000, 3)})
+    return rows
+
+
+def fit_link(rows: list[dict]) -> dict:
+    """transfer_ms = delay_ms + kv_bytes / rate, fitted to the median of each size (one slow
+    outlier must not move the line) -> a link profile for the twin. A flat or falling line means
+    size does not matter at these sizes: rate unlimited (None)."""
+    import numpy as np
+
+    sizes = sorted({r["kv_bytes"] for r in rows})
+    x = np.array(sizes, dtype=float)
+    y = np.array([np.median([r["transfer_ms"] for r in rows if r["kv_bytes"] == b]) for b in sizes])
+    slope, intercept = np.polyfit(x, y, 1) if len(sizes) > 1 else (0.0, float(y[0]))
+    if slope <= 0:
+        return {"delay_ms": round(float(np.median(y)), 3), "rate_gbps": None}
+    return {"delay_ms": round(max(0.0, float(intercept)), 3), "rate_gbps": round(8 / slope / 1e6, 6)}
+
+
+def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
+    cols = cols or ["phase", "tokens", "attn_pairs", "batch", "kv_tokens", "step_ms"]
     return "\n".join([",".join(cols)] + [",".join(str(r[c]) for c in cols) for r in rows]) + "\n"
