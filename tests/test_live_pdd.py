@@ -1,7 +1,7 @@
 """The PDD router on real vLLM engines (CPU build, tiny model): P, RLD and MD on loopback with the
 NixlConnector. With greedy decoding the client must receive exactly the single-instance token
 sequence whatever path and handoff the router takes. On loopback MD has the KV within a second:
-outputs that must see a handoff are long (160 tokens) so the relay does not finish first, and
+outputs that must see a handoff are long (400 tokens) so the relay does not finish first, and
 `min_relay_tokens` holds each handoff until the relay has produced a few tokens."""
 
 import asyncio
@@ -100,7 +100,7 @@ def _check(results):
 
 @pytest.mark.parametrize("mode", ["one_shot", "catch_up"])
 def test_handoff_keeps_the_greedy_sequence(engines, mode):
-    res = _until_handoff(engines, [7100, 7101, 7102, 7103, 7104, 7105], 700, 160, handoff_mode=mode,
+    res = _until_handoff(engines, [7100, 7101, 7102, 7103, 7104, 7105], 700, 400, handoff_mode=mode,
                          catch_up_batch_tokens=4)
     res += _through_router(engines, [([7110, 7111, 7112], 300, 12)], handoff_mode=mode, catch_up_batch_tokens=4)
     _check(res)
@@ -123,8 +123,8 @@ def test_requests_ending_around_the_handoff(engines):
 
 
 def test_adaptive_mode_follows_pending_tokens(engines):
-    few = _until_handoff(engines, [7300, 7301, 7302], 300, 160, catch_up_threshold_tokens=1000)
-    many = _until_handoff(engines, [7310, 7311, 7312], 300, 160, catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
+    few = _until_handoff(engines, [7300, 7301, 7302], 300, 400, catch_up_threshold_tokens=1000)
+    many = _until_handoff(engines, [7310, 7311, 7312], 300, 400, catch_up_threshold_tokens=2, catch_up_batch_tokens=4)
     _check(few + many)
     assert few[0][2]["handoff_mode"] == "one_shot", few[0][2]
     assert many[0][2]["handoff_mode"] == "catch_up", many[0][2]
