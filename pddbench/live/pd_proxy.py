@@ -2,12 +2,19 @@
 prefilled on P (max_tokens 1, do_remote_decode), then decoded on D with P's kv_transfer_params, so
 D pulls the prompt KV from P through the KV connector; D's stream goes back to the client as is.
 The proxy adds no policy: P and D are chosen round-robin. Binds to loopback (or a project
-namespace address) only."""
+namespace address) only.
+
+Before the stream's `data: [DONE]` it adds one event `{"choices": [], "pdd": {...}}` with its
+account of the request (the PDD router's format): `prefill_ms`, received -> P answered (P's queue
+and prefill), and `d_first_token_ms`, D asked -> D's first token (the KV pull and D's first step),
+so a run's TTFT splits into its P and D parts."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import time
 
 import aiohttp
 from aiohttp import web
@@ -16,6 +23,7 @@ from aiohttp import web
 async def completions(request: web.Request) -> web.StreamResponse:
     app = request.app
     body = await request.json()
+    received = time.monotonic()
     p_url, d_url = next(app["prefill"]), next(app["decode"])
     session: aiohttp.ClientSession = app["session"]
     prefill_body = {**body, "stream": False, "max_tokens": 1, "min_tokens": 1,
@@ -27,14 +35,32 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if resp.status != 200:
             return web.Response(status=resp.status, text=await resp.text())
         kv_params = (await resp.json()).get("kv_transfer_params")
+    asked_d = time.monotonic()
     decode_body = {**body, "kv_transfer_params": kv_params}
     async with session.post(d_url + "/v1/completions", json=decode_body) as resp:
         out = web.StreamResponse(status=resp.status, headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")})
         await out.prepare(request)
+        if not body.get("stream") or resp.status != 200:
+            await out.write(await resp.read())
+            await out.write_eof()
+            return out
+        held, first = b"", None  # hold back what could be the start of the final [DONE]
         async for chunk in resp.content.iter_any():
-            await out.write(chunk)
+            first = first or time.monotonic()
+            held += chunk
+            await out.write(held[:-len(DONE_EVENT)])
+            held = held[-len(DONE_EVENT):]
+        account = {"pipeline": "p_d", "prefill_ms": (asked_d - received) * 1000,
+                   "d_first_token_ms": None if first is None else (first - asked_d) * 1000}
+        tail = b"data: " + json.dumps({"choices": [], "pdd": account}).encode() + b"\n\n"
+        if held.endswith(DONE_EVENT):
+            held = held[:-len(DONE_EVENT)] + tail + DONE_EVENT
+        await out.write(held)
         await out.write_eof()
         return out
+
+
+DONE_EVENT = b"data: [DONE]\n\n"
 
 
 async def models(request: web.Request) -> web.Response:

@@ -1,11 +1,20 @@
 """Loaded at start-up by every process of an engine we launch (the engine's env puts this folder
-on PYTHONPATH; spawned workers inherit it). NIXL's progress thread polls UCX with zero delay
-(the Python API hard-codes pthrDelay=0): one full core per engine, which on a 2-core machine
-starves the engines themselves. This sets the delay between its polls to
-PDDBENCH_NIXL_PROGRESS_DELAY_US (default 200 us; 0 keeps NIXL's busy polling). The thread itself
-stays on: UCX over TCP needs the target side to make progress for the initiator's reads."""
+on PYTHONPATH; spawned workers inherit it). Two fixes for vLLM's NIXL connector on small CPU hosts:
+
+1. NIXL's progress thread polls UCX with zero delay (the Python API hard-codes pthrDelay=0): one
+   full core per engine, which on a 2-core machine starves the engines themselves. This sets the
+   delay between its polls to PDDBENCH_NIXL_PROGRESS_DELAY_US (default 200 us; 0 keeps NIXL's busy
+   polling). The thread itself stays on: UCX over TCP needs the target side to make progress for
+   the initiator's reads.
+2. On CPU, vLLM's NIXL worker moves the worker's main thread to the last core of each NUMA node
+   ("reserve cores for KV transfer"). With one OpenMP thread per engine that thread is the one
+   running the model, so every engine ended up computing on the same last core, away from the
+   core it was pinned to (P's prefill ran 3-5x slower whenever D decoded). The engine's own
+   pinning (VLLM_CPU_OMP_THREADS_BIND) is kept: that reservation is skipped
+   (PDDBENCH_NIXL_KEEP_PINNING=0 restores vLLM's behaviour)."""
 
 import os
+import sys
 
 _DELAY_US = int(os.environ.get("PDDBENCH_NIXL_PROGRESS_DELAY_US", "200"))
 
@@ -22,3 +31,14 @@ if _DELAY_US > 0:
             return _agent(name, config, *args, **kwargs)
 
         _api.nixlBind.nixlAgent = _agent_with_delay
+
+if os.environ.get("PDDBENCH_NIXL_KEEP_PINNING", "1") == "1" and hasattr(os, "sched_setaffinity"):
+    _setaffinity = os.sched_setaffinity
+
+    def _setaffinity_unless_nixl(pid, cpus):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if ".nixl." in caller:
+            return
+        _setaffinity(pid, cpus)
+
+    os.sched_setaffinity = _setaffinity_unless_nixl
