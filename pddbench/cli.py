@@ -428,7 +428,8 @@ def fidelity_cmd(
 ) -> None:
     """Sim vs live on the same requests: replays the live run's trace through the twin scenario
     with the live arrival times and step times calibrated from the live engines; reports TTFT per
-    percentile (live, sim, error) in fidelity.json / fidelity.csv / fidelity_ttft.png."""
+    percentile (live, sim, error) in fidelity.json / fidelity.csv / fidelity_ttft.png, and TTFT's
+    parts (P's queue + prefill; KV transfer + D's first step) when the live front reported them."""
     from pddbench.fidelity import fidelity
     from pddbench.io import claim_out_folder
 
@@ -436,6 +437,9 @@ def fidelity_cmd(
     for r in res["ttft"]:
         console.print(f"TTFT p{r['percentile']}: live {r['live_ttft_ms']:.1f} ms, sim {r['sim_ttft_ms']:.1f} ms, "
                       f"error {r['error_ms']:+.1f} ms ({r['error_pct']:+.1f}%)", highlight=False)
+    for part, rows in res["ttft_parts"].items():
+        console.print(f"{part} live/sim: " + ", ".join(f"p{r['percentile']} {r['live_ms']:.0f}/{r['sim_ms']:.0f}"
+                                                         for r in rows), highlight=False)
 
 
 @app.command("reproduce")

@@ -3,7 +3,9 @@
 The live run's trace is replayed through the twin scenario with the live arrival times (so both
 see one arrival process) and the step times calibrated from the live engines
 (`engine_calibration.csv` in the live run). Output: TTFT per percentile, live vs sim, and the
-error (sim - live, ms and %), as JSON, CSV and a figure."""
+error (sim - live, ms and %), as JSON, CSV and a figure; when the live front reported when P
+answered (`prefill_end_ms`), TTFT's two parts per percentile too: arrival -> prefill end (P's queue
+and prefill) and prefill end -> first token (KV transfer and D's first step)."""
 
 from __future__ import annotations
 
@@ -48,6 +50,19 @@ def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
     return rows
 
 
+def phase_table(live, sim) -> dict[str, list[dict]]:
+    """TTFT's parts per percentile, live vs sim; empty when the live run has no prefill_end_ms."""
+    parts = {"prefill_ms": lambda r: r["prefill_end_ms"] - r["arrival_ms"],
+             "kv_and_first_step_ms": lambda r: r["first_token_ms"] - r["prefill_end_ms"]}
+    out = {}
+    for name, part in parts.items():
+        lv, sv = part(live).dropna().to_numpy(), part(sim).dropna().to_numpy()
+        if len(lv) and len(sv):
+            out[name] = [{"percentile": q, "live_ms": float(np.percentile(lv, q)), "sim_ms": float(np.percentile(sv, q))}
+                         for q in PERCENTILES]
+    return out
+
+
 def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
@@ -80,7 +95,7 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
     rows = ttft_table(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy())
     result = {"live_run": str(live_dir), "twin_scenario": str(twin), "requests_live": int(len(live_ok)),
               "requests_sim": int(len(sim_ok)), "kv_link_fitted": link, "ttft": rows,
-              "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
+              "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows), "ttft_parts": phase_table(live_ok, sim_ok),
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
     write_json(out / "fidelity.json", result)
     write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(

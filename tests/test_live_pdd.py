@@ -5,6 +5,7 @@ outputs that must see a handoff are long (400 tokens) so the relay does not fini
 `min_relay_tokens` holds each handoff until the relay has produced a few tokens."""
 
 import asyncio
+import os
 import time
 
 import aiohttp
@@ -167,3 +168,27 @@ def test_md_takes_the_prompt_from_its_prefix_cache(engines):
     assert after["prefix_cache_hit_tokens"] - before["prefix_cache_hit_tokens"] >= 640
     eager = res[0][2]["relay_tokens"]  # MD recomputes the prompt's partial last block (60) and the eager tokens
     assert after["local_compute_tokens"] - before["local_compute_tokens"] <= 60 + eager + 8
+
+
+def test_each_engine_stays_on_its_core(engines):
+    """Every thread of every engine process (server, scheduler, worker, NIXL) may run only on the
+    engine's core: vLLM's NIXL worker otherwise moves the compute thread to the last core."""
+    from pathlib import Path
+
+    for e in engines.engines:
+        pgid = e.proc.pid
+        pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(int(p.name)) == pgid]
+        assert len(pids) >= 3, (e.spec.name, pids)  # API server, engine core, worker
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                try:
+                    assert os.sched_getaffinity(int(task.name)) == {e.spec.cpu}, (e.spec.name, pid, task.name)
+                except ProcessLookupError:  # a thread that just ended
+                    pass
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None

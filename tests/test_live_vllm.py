@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 
+import pandas as pd
 import pytest
 
 from pddbench.live.engines import vllm_available
@@ -49,6 +50,9 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert s["requests_completed"] == 8 and s["requests_failed"] == 0
     assert s["engine_metrics"]["external_kv_transfer_tokens"] > 0
     assert _no_engines_left()
+    # the proxy's account splits each TTFT: P answered after arrival and before the first token
+    rec = pd.read_parquet(tmp_path / "run" / "records.parquet")
+    assert (rec["prefill_end_ms"] > rec["arrival_ms"]).all() and (rec["prefill_end_ms"] < rec["first_token_ms"]).all()
     # the simulator's twin on the same requests, with step times measured on these engines
     calib = (tmp_path / "run" / "engine_calibration.csv").read_text().splitlines()
     assert calib[0] == "phase,tokens,attn_pairs,batch,kv_tokens,step_ms"
@@ -60,6 +64,7 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert [r["percentile"] for r in fid["ttft"]] == [10, 25, 50, 75, 90, 95, 99]
     assert all(r["sim_ttft_ms"] > 0 and r["live_ttft_ms"] > 0 for r in fid["ttft"])
     assert (tmp_path / "fid" / "fidelity_ttft.png").is_file()
+    assert set(fid["ttft_parts"]) == {"prefill_ms", "kv_and_first_step_ms"}
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")
