@@ -50,17 +50,34 @@ def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
     return rows
 
 
+TTFT_PARTS = {"prefill_ms": lambda r: r["prefill_end_ms"] - r["arrival_ms"],
+              "kv_and_first_step_ms": lambda r: r["first_token_ms"] - r["prefill_end_ms"]}
+
+
 def phase_table(live, sim) -> dict[str, list[dict]]:
     """TTFT's parts per percentile, live vs sim; empty when the live run has no prefill_end_ms."""
-    parts = {"prefill_ms": lambda r: r["prefill_end_ms"] - r["arrival_ms"],
-             "kv_and_first_step_ms": lambda r: r["first_token_ms"] - r["prefill_end_ms"]}
     out = {}
-    for name, part in parts.items():
+    for name, part in TTFT_PARTS.items():
         lv, sv = part(live).dropna().to_numpy(), part(sim).dropna().to_numpy()
         if len(lv) and len(sv):
             out[name] = [{"percentile": q, "live_ms": float(np.percentile(lv, q)), "sim_ms": float(np.percentile(sv, q))}
                          for q in PERCENTILES]
     return out
+
+
+def per_request_csv(live, sim) -> str:
+    """One row per request on both sides, to find which requests the twin gets wrong."""
+    import pandas as pd
+
+    both = live.merge(sim, on="request_id", suffixes=("_live", "_sim"))
+    out = pd.DataFrame({"request_id": both["request_id"], "input_tokens": both["input_tokens_live"],
+                        "live_cached_tokens": both["p_cached_tokens_live"],
+                        "sim_cached_tokens": both["p_cached_tokens_sim"]})
+    sides = {side: both.rename(columns=lambda c, s=side: c.removesuffix(f"_{s}")) for side in ("live", "sim")}
+    for name, part in {"ttft_ms": lambda r: r["ttft_ms"], **TTFT_PARTS}.items():
+        for side, frame in sides.items():
+            out[f"{side}_{name}"] = part(frame)
+    return out.to_csv(index=False, float_format="%.3f")
 
 
 def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
@@ -101,6 +118,7 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
     write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(
         f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},{r['error_pct']:.2f}\n"
         for r in rows))
+    write_text(out / "fidelity_requests.csv", per_request_csv(live_ok, sim_ok))
     _plot(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy(), rows, out / "fidelity_ttft.png")
     return result
 

@@ -43,3 +43,33 @@ def test_kv_link_fit_recovers_delay_and_rate():
     assert abs(link["delay_ms"] - 5) < 1e-6 and abs(link["rate_gbps"] - 1.0) < 1e-6
     flat = fit_link([{"kv_bytes": b, "transfer_ms": 25.0} for b in (1e6, 8e6)])
     assert flat == {"delay_ms": 25.0, "rate_gbps": None}
+
+
+def _records(arrival, prefill_ms, kv_ms, cached):
+    import pandas as pd
+
+    arrival = np.asarray(arrival, dtype=float)
+    return pd.DataFrame({"request_id": range(len(arrival)), "input_tokens": 1000, "p_cached_tokens": cached,
+                         "arrival_ms": arrival, "prefill_end_ms": arrival + prefill_ms,
+                         "first_token_ms": arrival + prefill_ms + kv_ms, "ttft_ms": prefill_ms + kv_ms})
+
+
+def test_ttft_parts_and_per_request_rows():
+    import io
+
+    import pandas as pd
+
+    from pddbench.fidelity import per_request_csv, phase_table
+
+    live = _records([0, 100, 200], np.array([50.0, 60, 70]), 30.0, 512)
+    sim = _records([0, 100, 200], np.array([40.0, 60, 80]), 10.0, 0)
+    parts = phase_table(live, sim)
+    p50 = {name: next(r for r in rows if r["percentile"] == 50) for name, rows in parts.items()}
+    assert p50["prefill_ms"] == {"percentile": 50, "live_ms": 60.0, "sim_ms": 60.0}
+    assert p50["kv_and_first_step_ms"]["live_ms"] == 30.0 and p50["kv_and_first_step_ms"]["sim_ms"] == 10.0
+    rows = pd.read_csv(io.StringIO(per_request_csv(live, sim)))
+    assert list(rows["live_ttft_ms"]) == [80.0, 90.0, 100.0] and list(rows["sim_ttft_ms"]) == [50.0, 70.0, 90.0]
+    assert list(rows["sim_prefill_ms"]) == [40.0, 60.0, 80.0]
+    assert list(rows["live_cached_tokens"]) == [512] * 3 and list(rows["sim_cached_tokens"]) == [0] * 3
+    # a live front that reports no prefill end (a single engine): no parts, no crash
+    assert phase_table(live.assign(prefill_end_ms=np.nan), sim) == {}

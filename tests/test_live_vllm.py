@@ -65,6 +65,7 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert all(r["sim_ttft_ms"] > 0 and r["live_ttft_ms"] > 0 for r in fid["ttft"])
     assert (tmp_path / "fid" / "fidelity_ttft.png").is_file()
     assert set(fid["ttft_parts"]) == {"prefill_ms", "kv_and_first_step_ms"}
+    assert len((tmp_path / "fid" / "fidelity_requests.csv").read_text().splitlines()) == 1 + 8
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")
