@@ -21,11 +21,11 @@ from aiohttp import web
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    app = request.app
+    up = request.app[UPSTREAMS]
     body = await request.json()
     received = time.monotonic()
-    p_url, d_url = next(app["prefill"]), next(app["decode"])
-    session: aiohttp.ClientSession = app["session"]
+    p_url, d_url = next(up.prefill), next(up.decode)
+    session = up.session
     prefill_body = {**body, "stream": False, "max_tokens": 1, "min_tokens": 1,
                     "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
                                            "remote_engine_id": None, "remote_block_ids": None,
@@ -44,18 +44,21 @@ async def completions(request: web.Request) -> web.StreamResponse:
             await out.write(await resp.read())
             await out.write_eof()
             return out
-        held, first = b"", None  # hold back what could be the start of the final [DONE]
+        pending, first, done = b"", None, False
         async for chunk in resp.content.iter_any():
             first = first or time.monotonic()
-            held += chunk
-            await out.write(held[:-len(DONE_EVENT)])
-            held = held[-len(DONE_EVENT):]
+            pending += chunk
+            end = pending.rfind(b"\n\n")
+            if end < 0:
+                continue
+            ready, pending = pending[:end + 2], pending[end + 2:]
+            if ready.endswith(DONE_EVENT):  # our account goes in before it
+                ready, done = ready[:-len(DONE_EVENT)], True
+            await out.write(ready)  # whole events at once: no token waits for the next chunk
         account = {"pipeline": "p_d", "prefill_ms": (asked_d - received) * 1000,
                    "d_first_token_ms": None if first is None else (first - asked_d) * 1000}
         tail = b"data: " + json.dumps({"choices": [], "pdd": account}).encode() + b"\n\n"
-        if held.endswith(DONE_EVENT):
-            held = held[:-len(DONE_EVENT)] + tail + DONE_EVENT
-        await out.write(held)
+        await out.write(pending + tail + (DONE_EVENT if done else b""))
         await out.write_eof()
         return out
 
@@ -64,21 +67,32 @@ DONE_EVENT = b"data: [DONE]\n\n"
 
 
 async def models(request: web.Request) -> web.Response:
-    async with request.app["session"].get(request.app["decode_urls"][0] + "/v1/models") as resp:
+    up = request.app[UPSTREAMS]
+    async with up.session.get(up.decode_urls[0] + "/v1/models") as resp:
         return web.json_response(await resp.json(), status=resp.status)
 
 
+class Upstreams:
+    """P and D in round-robin order, and the one client session to both."""
+
+    def __init__(self, prefill: list[str], decode: list[str]):
+        self.prefill, self.decode, self.decode_urls = itertools.cycle(prefill), itertools.cycle(decode), decode
+        self.session: aiohttp.ClientSession | None = None
+
+
+UPSTREAMS = web.AppKey("upstreams", Upstreams)
+
+
 async def _session(app: web.Application):
-    app["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
-                                           connector=aiohttp.TCPConnector(limit=0))
+    app[UPSTREAMS].session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
+                                                   connector=aiohttp.TCPConnector(limit=0))
     yield
-    await app["session"].close()
+    await app[UPSTREAMS].session.close()
 
 
 def make_app(prefill: list[str], decode: list[str]) -> web.Application:
     app = web.Application()
-    app["prefill"], app["decode"] = itertools.cycle(prefill), itertools.cycle(decode)
-    app["decode_urls"] = decode
+    app[UPSTREAMS] = Upstreams(prefill, decode)
     app.cleanup_ctx.append(_session)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)

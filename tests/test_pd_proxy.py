@@ -1,0 +1,73 @@
+"""The PD proxy's stream handling against stand-in P and D servers (the proxy on real vLLM runs in
+tests/test_live_vllm.py): D's events reach the client as soon as they are complete, and the
+proxy's account goes in just before `data: [DONE]`."""
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from pddbench.live.net import free_port
+from pddbench.live.pd_proxy import make_app
+from pddbench.live.sse import DONE, SSEParser
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def test_events_pass_at_once_and_the_account_precedes_done():
+    release_second = asyncio.Event()
+
+    async def prefill(request):
+        body = await request.json()
+        assert body["max_tokens"] == 1 and body["kv_transfer_params"]["do_remote_decode"] is True
+        await asyncio.sleep(0.05)
+        return web.json_response({"choices": [{"text": "x"}], "kv_transfer_params": {"remote_block_ids": [1]}})
+
+    async def decode(request):
+        body = await request.json()
+        assert body["kv_transfer_params"] == {"remote_block_ids": [1]}
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"choices": [{"text": "a", "token_ids": [5]}]}\n\n')
+        await release_second.wait()  # the client must have the first token before this
+        # the second event split across writes, [DONE] glued to it
+        await out.write(b'data: {"choices": [{"text": "b", ')
+        await out.write(b'"token_ids": [6]}]}\n\ndata: [DONE]\n\n')
+        await out.write_eof()
+        return out
+
+    async def go():
+        p_app, d_app = web.Application(), web.Application()
+        p_app.router.add_post("/v1/completions", prefill)
+        d_app.router.add_post("/v1/completions", decode)
+        (p_run, p_url), (d_run, d_url) = await _serve(p_app), await _serve(d_app)
+        proxy_run, proxy_url = await _serve(make_app([p_url], [d_url]))
+        events = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(proxy_url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2,
+                                                                       "stream": True}) as resp:
+                    parser = SSEParser()
+                    async for chunk in resp.content.iter_any():
+                        for ev in parser.feed(chunk):
+                            events.append(ev)
+                            if ev is not DONE and ev.get("choices") and ev["choices"][0]["token_ids"] == [5]:
+                                release_second.set()
+        finally:
+            for r in (proxy_run, p_run, d_run):
+                await r.cleanup()
+        return events
+
+    events = asyncio.run(asyncio.wait_for(go(), 20))
+    assert [e["choices"][0]["token_ids"] for e in events[:2]] == [[5], [6]]
+    account = events[2]["pdd"]
+    assert account["pipeline"] == "p_d" and account["prefill_ms"] >= 50 and account["d_first_token_ms"] >= 0
+    assert events[3] is DONE and len(events) == 4
+    json.dumps(account)  # plain JSON
