@@ -112,6 +112,10 @@ class Policy(_Strict):
     singular_max_output_tokens: int = Field(16, ge=1, description="... and max_tokens at most this")
     catch_up_max_rounds: int = Field(8, ge=1)
     relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
+    relay_finish_stops_wan_kv: bool = Field(
+        True, description="a relay that finishes first stops MD's WAN KV transfer; false: the transfer drains and MD "
+        "keeps the prompt (vLLM 0.32's NixlConnector cannot stop a read in flight: an aborted request's blocks are "
+        "freed when its reads complete)")
 
 
 class Scenario(_Strict):

@@ -145,3 +145,16 @@ def test_trace_replay_and_capacity_cli(tmp_path, mooncake_path):
     assert broken and max(p["offered_rps"] for p in holds) < min(p["offered_rps"] for p in broken)
     res = run_cli("compare", tmp_path / "r", "--out", tmp_path / "cmp")
     assert res.returncode == 0 and (tmp_path / "cmp" / "comparison.csv").is_file()
+
+
+def test_relay_finish_stops_or_drains_the_wan_transfer():
+    """Outputs shorter than the WAN KV time: the relay finishes first. Stopping the transfer saves
+    its unsent bytes; draining it (what vLLM's NixlConnector does) sends them all."""
+    fixed = "workload.fixed={requests: 100, input_tokens: 16384, output_tokens: 8, hit_rate: 0.0, rate_rps: 1}"
+    stop_rec, stop = sim("pdd", fixed)
+    drain_rec, drain = sim("pdd", fixed, "policy.relay_finish_stops_wan_kv=false")
+    finished = stop_rec[stop_rec["handoff_mode"] == "relay_finish"]
+    assert len(finished) > 50 and finished["transfer_aborted"].all() and stop["wan_kv_bytes_saved"] > 0
+    assert (drain_rec["handoff_mode"] == "relay_finish").sum() == len(finished)
+    assert not drain_rec["transfer_aborted"].any() and drain["wan_kv_bytes_saved"] == 0
+    assert drain["wan_kv_bytes"] == stop["wan_kv_bytes"] + stop["wan_kv_bytes_saved"]

@@ -112,7 +112,7 @@ def router_config(sc, specs: list[EngineSpec], model_dir: str) -> RouterConfig:
         relay_busy_fraction=pol.relay_busy_fraction, relay_ttft_budget_fraction=pol.relay_ttft_budget_fraction,
         singular_filter=pol.singular_filter, singular_min_input_tokens=pol.singular_min_input_tokens,
         singular_max_output_tokens=pol.singular_max_output_tokens, relay_only_pipeline=pol.relay_only_pipeline,
-        min_relay_tokens=sc.live.min_relay_tokens)
+        relay_finish_stops_wan_kv=pol.relay_finish_stops_wan_kv, min_relay_tokens=sc.live.min_relay_tokens)
 
 
 def cross_dc_specs(model_dir: str, port: int) -> list[EngineSpec]:

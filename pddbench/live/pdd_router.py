@@ -63,6 +63,7 @@ class RouterConfig:
     singular_min_input_tokens: int = 32768
     singular_max_output_tokens: int = 16
     relay_only_pipeline: bool = False
+    relay_finish_stops_wan_kv: bool = True  # false: MD's pull drains (vLLM cannot stop it) and MD keeps the prompt
     min_relay_tokens: int = 0         # start a handoff no earlier: lets loopback tests exercise it
     md_cache_blocks: int | None = None
 
@@ -170,6 +171,7 @@ class Router:
         self.md_cache = PrefixCache(cfg.md_cache_blocks)
         self.relay_inflight = 0
         self.wan_inflight = 0
+        self.draining: set[asyncio.Task] = set()  # MD pulls left to finish after their relay did
         self.session: aiohttp.ClientSession | None = None
 
     def predict_wan_ms(self, nbytes: int) -> float:
@@ -250,9 +252,13 @@ class Router:
             pull.add_done_callback(lambda _t: setattr(self, "wan_inflight", self.wan_inflight - 1))
             await asyncio.wait({relay.task, pull}, return_when=asyncio.FIRST_COMPLETED)
             if not pull.done():  # the relay finished first: MD's transfer is not needed any more
-                pull.cancel()
-                trip.transfer_aborted = True
                 trip.handoff_mode = "relay_finish"
+                if cfg.relay_finish_stops_wan_kv:
+                    pull.cancel()
+                    trip.transfer_aborted = True
+                else:
+                    self._drain(pull, hashes)
+                    pull = None
                 await relay.task
                 trip.relay_tokens = len(relay.tokens)
                 return
@@ -282,6 +288,15 @@ class Router:
                 await relay.cut()
             self.relay_inflight -= 1
             trip.relay_busy_ms = (time.monotonic() - relay_t0) * 1000
+
+    def _drain(self, pull: asyncio.Task, hashes: list[int]) -> None:
+        """Let MD's pull finish in the background; MD then holds the prompt in its prefix cache."""
+        def done(t: asyncio.Task) -> None:
+            self.draining.discard(t)
+            if not t.cancelled() and t.exception() is None:
+                self.md_cache.insert(hashes)
+        self.draining.add(pull)
+        pull.add_done_callback(done)
 
     async def _handoff(self, up, prompt, n_out, relay: _Stream, sink, trip: Trip) -> None:
         cfg = self.cfg
@@ -444,6 +459,8 @@ def make_app(cfg: RouterConfig, warm_model: str | None = None) -> web.Applicatio
             await router.warm_up(warm_model)
             router.md_cache = PrefixCache(cfg.md_cache_blocks)
         yield
+        for t in list(router.draining):
+            t.cancel()
         await router.session.close()
     app.cleanup_ctx.append(session_ctx)
     app.router.add_post("/v1/completions", completions)

@@ -117,7 +117,7 @@ class PDD(Deployment):
                 req.handoff_mode = "none"
                 return
             req.handoff_mode = "relay_finish"
-            if st.wan_tr is not None and not st.wan_tr.done:
+            if st.wan_tr is not None and not st.wan_tr.done and self.sc.policy.relay_finish_stops_wan_kv:
                 saved = int(self.c.wan.cancel(st.wan_tr))
                 if saved > 0 or not st.wan_tr.done:
                     req.transfer_aborted = True
