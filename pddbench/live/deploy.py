@@ -88,14 +88,14 @@ def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_siz
 
 
 def pdd_specs(model_dir: str, port: int) -> list[EngineSpec]:
-    """P and RLD in dc-a (the fast local KV path), MD in dc-b behind the WAN. Two cores: RLD has
-    one (it decodes from the first token on); MD shares P's, which idles while requests decode
-    (MD next to the busy relay could not pull KV in time)."""
+    """P and RLD in dc-a (the fast local KV path), MD in dc-b behind the WAN. Two cores: P has its
+    own (prefill is on every request's TTFT path); RLD and MD, both decoders, share the other.
+    Measured on the live trace: MD on P's core instead gave TTFT p90 2759 ms vs 1577 ms."""
     return [EngineSpec("P", model_dir, port + 1, host="10.77.0.1", netns="pddb-dc-a", cpu=0,
                        kv_role="kv_producer", side_channel_port=port + 101),
             EngineSpec("RLD", model_dir, port + 2, host="10.77.0.1", netns="pddb-dc-a", cpu=1,
                        kv_role="kv_consumer", side_channel_port=port + 102),
-            EngineSpec("MD", model_dir, port + 3, host="10.77.0.2", netns="pddb-dc-b", cpu=0,
+            EngineSpec("MD", model_dir, port + 3, host="10.77.0.2", netns="pddb-dc-b", cpu=1,
                        kv_role="kv_consumer", side_channel_port=port + 103)]
 
 
