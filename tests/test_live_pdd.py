@@ -112,8 +112,7 @@ def test_handoff_keeps_the_greedy_sequence(engines, mode):
     assert pdd["relay_tokens"] >= 5 and pdd["wan_token_id_bytes"] > 0 and pdd["wan_kv_ms"] is not None, pdd
     if mode == "catch_up":
         assert pdd["catch_up_rounds"] >= 1, pdd
-    else:  # (Catch-Up may legitimately end with the relay finishing while MD replays)
-        assert pdd["main_tokens"] > 0 and pdd["handoff_ms"] is not None, pdd
+    assert pdd["main_tokens"] > 0 and pdd["handoff_ms"] is not None, pdd
 
 
 def test_requests_ending_around_the_handoff(engines):
@@ -123,6 +122,8 @@ def test_requests_ending_around_the_handoff(engines):
                                     ([7220, 7221, 7222], 300, 7)], handoff_mode="catch_up", catch_up_batch_tokens=1)
     _check(res)
     assert res[0][2]["main_tokens"] == 0 and res[0][2]["relay_tokens"] == 5
+    for _ref, _got, pdd in res:  # a request that ended on the relay is labelled so, as in the simulator
+        assert (pdd["handoff_mode"] == "relay_finish") == (pdd["main_tokens"] == 0), pdd
 
 
 def test_adaptive_mode_follows_pending_tokens(engines):

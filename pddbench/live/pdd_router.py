@@ -315,17 +315,19 @@ class Router:
                 trip.wan_token_id_bytes += policy.handoff_message_bytes(upto - handed)
                 await _post_json(self.session, cfg.main, one_token_body(up, prompt=prompt + relay.tokens[:upto]))
                 handed, trip.catch_up_rounds = upto, trip.catch_up_rounds + 1
-        # The relay may finish during the handoff: then MD has nothing left to do (the mode
-        # stays the one chosen; main_tokens 0 tells the case apart).
+        # The relay may finish during the handoff: then MD has nothing left to do and the request
+        # ended on the relay, labelled as the simulator labels it (catch_up_rounds keeps the try).
         if relay.task.done():
             relay.task.result()
             trip.relay_tokens = len(relay.tokens)
+            trip.handoff_mode = "relay_finish"
             return
         await relay.cut()
         eager = list(relay.tokens)
         trip.relay_tokens = len(eager)
         remaining = n_out - len(eager)
         if remaining <= 0 or relay.finish_reason:
+            trip.handoff_mode = "relay_finish"
             return
         trip.wan_token_id_bytes += policy.handoff_message_bytes(len(eager) - handed)
         body = {**up, "prompt": prompt + eager, "max_tokens": remaining}
