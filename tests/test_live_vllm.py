@@ -89,6 +89,7 @@ def test_cross_dc_pd_ttft_follows_wan_delay_and_bandwidth(tiny, tmp_path):
         metrics[name] = s["engine_metrics"]
         assert s["link_calibration"]["backend"] in ("tbf+nfqueue", "kernel-netem")
         assert (out / "calibration.json").is_file()
+    print("cross-DC PD TTFT median (ms):", ttft)  # the README quotes these (pytest -s)
     # +199 ms each way: the request to D, D's KV pull and the first token back each cross the WAN
     assert ttft["far"] > ttft["near"] + 2 * 199, ttft
     assert ttft["narrow"] > ttft["near"] + 1000, ttft  # 8 MB of KV per request at 20 Mbit/s: ~3.4 s
