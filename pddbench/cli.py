@@ -431,9 +431,8 @@ def fidelity_cmd(
     percentile (live, sim, error) in fidelity.json / fidelity.csv / fidelity_ttft.png, and TTFT's
     parts (P's queue + prefill; KV transfer + D's first step) when the live front reported them."""
     from pddbench.fidelity import fidelity
-    from pddbench.io import claim_out_folder
 
-    res = fidelity(live_run, twin, claim_out_folder(out or live_run / "fidelity"))
+    res = fidelity(live_run, twin, out or live_run / "fidelity")
     for r in res["ttft"]:
         console.print(f"TTFT p{r['percentile']}: live {r['live_ttft_ms']:.1f} ms, sim {r['sim_ttft_ms']:.1f} ms, "
                       f"error {r['error_ms']:+.1f} ms ({r['error_pct']:+.1f}%)", highlight=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pddbench.errors import UserError
-from pddbench.io import save_figure, write_json, write_text
+from pddbench.io import claim_out_folder, save_figure, write_json, write_text
 from pddbench.records import read_records
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
@@ -34,11 +34,18 @@ def live_arrival_requests(live_dir: Path):
     return sorted(reqs, key=lambda r: r.timestamp_ms), records
 
 
-def _block_size(live_dir: Path) -> int:
+def _live_scenario(live_dir: Path) -> dict:
     import yaml
 
-    sc = yaml.safe_load((live_dir / "scenario.yaml").read_text())
-    return int(sc["workload"]["block_size"])
+    return yaml.safe_load((live_dir / "scenario.yaml").read_text())
+
+
+def _block_size(live_dir: Path) -> int:
+    return int(_live_scenario(live_dir)["workload"]["block_size"])
+
+
+def _live_deployment(live_dir: Path) -> str:
+    return str((_live_scenario(live_dir).get("live") or {}).get("deployment", "colocated"))
 
 
 def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
@@ -81,6 +88,7 @@ def per_request_csv(live, sim) -> str:
 
 
 def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
+    """Compare; `out` must be new or empty (made here once the comparison is possible)."""
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
@@ -92,6 +100,7 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
         raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
                         "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml sets it)")
     reqs, live = live_arrival_requests(live_dir)
+    live_kind = _live_deployment(live_dir)
     overrides = [f"latency.calibration_csv={calib.resolve()}"]
     link = None
     xfer = live_dir / "kv_transfer_calibration.csv"
@@ -105,6 +114,10 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
         rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
         overrides.append(f"network.rdma={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}}}")
     sc = load_scenario(twin, overrides)
+    if sc.deployment is None or sc.deployment.kind != live_kind:
+        twin_kind = sc.deployment.kind if sc.deployment else "none"
+        raise UserError(f"{live_dir} is a live {live_kind} run but the twin {twin} simulates {twin_kind}: "
+                        "pass --twin with a simulated scenario of the same deployment")
     sim, sim_summary = simulate_summary(sc, reqs=reqs)
     live_ok, sim_ok = live[~live["failed"]], sim[~sim["failed"]]
     if live_ok.empty or sim_ok.empty:
@@ -114,6 +127,7 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
               "requests_sim": int(len(sim_ok)), "kv_link_fitted": link, "ttft": rows,
               "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows), "ttft_parts": phase_table(live_ok, sim_ok),
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
+    claim_out_folder(out)  # only now: a refused comparison leaves no folder behind
     write_json(out / "fidelity.json", result)
     write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(
         f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},{r['error_pct']:.2f}\n"

@@ -66,6 +66,10 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert (tmp_path / "fid" / "fidelity_ttft.png").is_file()
     assert set(fid["ttft_parts"]) == {"prefill_ms", "kv_and_first_step_ms"}
     assert len((tmp_path / "fid" / "fidelity_requests.csv").read_text().splitlines()) == 1 + 8
+    # a twin of another deployment is refused with what to do instead
+    res = run_cli("fidelity", tmp_path / "run", "--twin", REPO / "scenarios" / "paper" / "pdd.yaml", "--out", tmp_path / "f2")
+    assert res.returncode == 2 and "--twin" in res.stderr + res.stdout and "Traceback" not in res.stderr
+    assert not (tmp_path / "f2").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")
