@@ -49,6 +49,7 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["requests_completed"] == 8 and s["requests_failed"] == 0
     assert s["engine_metrics"]["external_kv_transfer_tokens"] > 0
+    assert [(e["name"], e["cpu"], e["kv_role"]) for e in s["engines"]] == [("P", 0, "kv_producer"), ("D", 1, "kv_consumer")]
     assert _no_engines_left()
     # the proxy's account splits each TTFT: P answered after arrival and before the first token
     rec = pd.read_parquet(tmp_path / "run" / "records.parquet")

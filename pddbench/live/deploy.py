@@ -208,7 +208,10 @@ def run_live(sc, run_dir: Path) -> dict:
                         sla_percentile_q=sc.sla.percentile)
     summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok")})
     summary.update({"scenario": sc.name, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
-                    "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None})
+                    "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
+                    # where each engine ran: placement changes results on a small host
+                    "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role}
+                                for e in specs]})
     if calibration is not None:
         write_json(run_dir / "calibration.json", calibration)
         if not calibration["valid"]:
