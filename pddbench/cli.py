@@ -114,7 +114,8 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (must be new or empty). Default: results/<name>/<run-id>/."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default run folder."),
 ) -> None:
-    """Run a scenario (simulator): writes scenario.yaml, records.parquet, summary.json, figures, run.log.
+    """Run a scenario: the simulator, or real vLLM engines for `runtime: live` (scenarios/live/).
+    Writes scenario.yaml, records.parquet, summary.json, figures, run.log (live: also engine logs).
 
     --set workload.trace=PATH replays any Mooncake-format trace."""
     from pddbench.report.tables import print_summary
@@ -425,6 +426,9 @@ def fidelity_cmd(
     live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml makes one)."),
     twin: Path = typer.Option(Path("scenarios/live/sim-twin-same-dc-pd.yaml"), "--twin", help="The simulated twin scenario."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (new or empty); default LIVE_RUN/fidelity."),
+    max_error_pct: Optional[float] = typer.Option(
+        None, "--max-error-pct", min=0,
+        help="Gate: exit 1 when any percentile's |TTFT error| exceeds this (outputs are written first)."),
 ) -> None:
     """Sim vs live on the same requests: replays the live run's trace through the twin scenario
     with the live arrival times and step times calibrated from the live engines; reports TTFT per
@@ -439,6 +443,10 @@ def fidelity_cmd(
     for part, rows in res["ttft_parts"].items():
         console.print(f"{part} live/sim: " + ", ".join(f"p{r['percentile']} {r['live_ms']:.0f}/{r['sim_ms']:.0f}"
                                                          for r in rows), highlight=False)
+    if max_error_pct is not None and res["max_abs_error_pct"] > max_error_pct:
+        console.print(f"[bold red]FIDELITY GATE FAILED[/]: TTFT error up to {res['max_abs_error_pct']:.1f}% "
+                      f"(allowed {max_error_pct:g}%); per request: fidelity_requests.csv")
+        raise typer.Exit(1)
 
 
 @app.command("reproduce")

@@ -71,6 +71,9 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     res = run_cli("fidelity", tmp_path / "run", "--twin", REPO / "scenarios" / "paper" / "pdd.yaml", "--out", tmp_path / "f2")
     assert res.returncode == 2 and "--twin" in res.stderr + res.stdout and "Traceback" not in res.stderr
     assert not (tmp_path / "f2").exists()
+    # the nightly gate: exit 1 past the allowed error, with everything written
+    res = run_cli("fidelity", tmp_path / "run", "--out", tmp_path / "f3", "--max-error-pct", "0")
+    assert res.returncode == 1 and "GATE FAILED" in res.stdout + res.stderr and (tmp_path / "f3" / "fidelity.json").is_file()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")
