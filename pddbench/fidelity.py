@@ -21,12 +21,12 @@ from pddbench.records import read_records
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 
 
-def live_arrival_requests(live_dir: Path):
+def live_arrival_requests(live_dir: Path, block_size: int):
     """The live run's requests with their live send times as timestamps."""
     from pddbench.workload.trace import load_trace
 
     records = read_records(live_dir / "records.parquet")
-    trace = load_trace(live_dir / "trace.jsonl", block_size=_block_size(live_dir))
+    trace = load_trace(live_dir / "trace.jsonl", block_size=block_size)
     arrival = dict(zip(records["request_id"], records["arrival_ms"]))
     reqs = [dataclasses.replace(r, timestamp_ms=int(round(arrival[i]))) for i, r in enumerate(trace) if i in arrival]
     if not reqs:
@@ -34,18 +34,6 @@ def live_arrival_requests(live_dir: Path):
     return sorted(reqs, key=lambda r: r.timestamp_ms), records
 
 
-def _live_scenario(live_dir: Path) -> dict:
-    import yaml
-
-    return yaml.safe_load((live_dir / "scenario.yaml").read_text())
-
-
-def _block_size(live_dir: Path) -> int:
-    return int(_live_scenario(live_dir)["workload"]["block_size"])
-
-
-def _live_deployment(live_dir: Path) -> str:
-    return str((_live_scenario(live_dir).get("live") or {}).get("deployment", "colocated"))
 
 
 def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
@@ -99,8 +87,11 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
     if not calib.is_file():
         raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
                         "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml sets it)")
-    reqs, live = live_arrival_requests(live_dir)
-    live_kind = _live_deployment(live_dir)
+    import yaml
+
+    live_sc = yaml.safe_load((live_dir / "scenario.yaml").read_text())
+    live_kind = str((live_sc.get("live") or {}).get("deployment", "colocated"))
+    reqs, live = live_arrival_requests(live_dir, int(live_sc["workload"]["block_size"]))
     overrides = [f"latency.calibration_csv={calib.resolve()}"]
     link = None
     xfer = live_dir / "kv_transfer_calibration.csv"
@@ -118,7 +109,7 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
         twin_kind = sc.deployment.kind if sc.deployment else "none"
         raise UserError(f"{live_dir} is a live {live_kind} run but the twin {twin} simulates {twin_kind}: "
                         "pass --twin with a simulated scenario of the same deployment")
-    sim, sim_summary = simulate_summary(sc, reqs=reqs)
+    sim, _ = simulate_summary(sc, reqs=reqs)
     live_ok, sim_ok = live[~live["failed"]], sim[~sim["failed"]]
     if live_ok.empty or sim_ok.empty:
         raise UserError("no completed request on one side: nothing to compare")

@@ -226,20 +226,22 @@ def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, str]:
     return data, text
 
 
+def _resolve_beside(data: dict, section: str, key: str, scenario: Path, overrides: list[str]) -> None:
+    """Relative data paths in a scenario file are relative to that file, so scenarios travel with
+    their data; a path given with --set stays relative to the working directory."""
+    value = (data.get(section) or {}).get(key)
+    if (isinstance(value, str) and not Path(value).is_absolute()
+            and not any(o.startswith(f"{section}.{key}=") for o in overrides)
+            and (scenario.parent / value).exists()):
+        data[section][key] = str(scenario.parent / value)
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     path = Path(path)
     data, text = _read_yaml(path)
     data = apply_overrides(data, overrides or [])
-    # Relative trace paths are relative to the scenario file, so scenarios travel with their data.
-    trace = (data.get("workload") or {}).get("trace")
-    if isinstance(trace, str) and not Path(trace).is_absolute() and not any(
-            o.startswith("workload.trace=") for o in overrides or []):
-        candidate = path.parent / trace
-        if candidate.exists():
-            data["workload"]["trace"] = str(candidate)
-    calib = (data.get("latency") or {}).get("calibration_csv")
-    if isinstance(calib, str) and not Path(calib).is_absolute() and (path.parent / calib).exists():
-        data["latency"]["calibration_csv"] = str(path.parent / calib)
+    for section, key in (("workload", "trace"), ("latency", "calibration_csv")):
+        _resolve_beside(data, section, key, path, overrides or [])
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

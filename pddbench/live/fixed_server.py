@@ -16,7 +16,7 @@ from aiohttp import web
 async def completions(request: web.Request) -> web.StreamResponse:
     recv = time.monotonic()
     body = await request.json()
-    cfg = request.app["cfg"]
+    cfg = request.app[CFG]
     n = int(body.get("max_tokens") or 16)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
@@ -42,9 +42,12 @@ async def models(_request: web.Request) -> web.Response:
     return web.json_response({"data": [{"id": "fixed"}]})
 
 
+CFG = web.AppKey("cfg", argparse.Namespace)
+
+
 def make_app(ttft_ms: float, itl_ms: float, log_requests: bool = False) -> web.Application:
     app = web.Application()
-    app["cfg"] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms, log_requests=log_requests)
+    app[CFG] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms, log_requests=log_requests)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     return app
