@@ -49,7 +49,9 @@ def _dump_stats() -> dict:
 def measure_rtt(a_ns: str, b_host: str, b_ns: str, count: int, interval_ms: float) -> dict:
     echo = _tool(b_ns, "echo", str(ECHO_PORT))
     try:
-        time.sleep(0.3)
+        assert echo.stdout is not None and echo.stderr is not None
+        if echo.stdout.readline().strip() != "ready":  # probes sent before it binds would find no listener
+            raise NetemError(f"UDP echo server in {b_ns} did not start: {echo.stderr.read().strip()[-300:]}")
         res = subprocess.run(["ip", "netns", "exec", a_ns, sys.executable, "-m", "netem.tools", "probe", b_host,
                               str(ECHO_PORT), str(count), str(interval_ms)], capture_output=True, text=True, timeout=600)
         if res.returncode != 0:

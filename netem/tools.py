@@ -1,5 +1,5 @@
 """Small network tools run inside the namespaces for calibration and tests (`python -m netem.tools`):
-- `echo PORT`: UDP echo server.
+- `echo PORT`: UDP echo server; prints "ready" once bound.
 - `probe HOST PORT COUNT INTERVAL_MS`: UDP probes sent on a fixed schedule (not waiting for
   replies); prints JSON with each probe's RTT (ms) and the ids of probes never answered.
 - `sink PORT`: TCP sink; prints bytes and first-to-last-byte seconds when the sender closes.
@@ -22,6 +22,7 @@ STEADY_AFTER_S = 0.5
 def udp_echo(port: int) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", port))
+    print("ready", flush=True)
     while True:
         data, addr = s.recvfrom(65536)
         s.sendto(data, addr)

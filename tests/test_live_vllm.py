@@ -4,7 +4,6 @@ the cross-datacenter test also needs root for the emulated WAN."""
 import json
 import os
 import shutil
-import subprocess
 
 import pandas as pd
 import pytest
@@ -25,7 +24,9 @@ def tiny(tmp_path_factory):
 
 
 def _no_engines_left():
-    return subprocess.run(["pgrep", "-f", "vllm.entrypoints"], capture_output=True).returncode == 1
+    from pddbench.live.engines import stray_engines
+
+    return stray_engines() == []
 
 
 def test_colocated_run_replays_agentic_trace(tiny, tmp_path):

@@ -42,13 +42,26 @@ def clean_host():
     down()
 
 
+def _first_good(measure, good, attempts: int = 3):
+    """A shared VM sometimes stalls every process for a few hundred ms (once in CI: ~20 of 200
+    probes late by up to 240 ms). Such a window is measured again; an emulator that is wrong
+    fails every attempt, and the failure shows them all."""
+    tries = []
+    for _ in range(attempts):
+        tries.append(measure())
+        if good(tries[-1]):
+            return tries[-1]
+    pytest.fail(f"no good measurement in {attempts} attempts: {tries}")
+
+
 def test_fixed_30ms_rtt():
-    with link(load_profile("fixed-30ms")):
-        res = calibrate(probes=200, interval_ms=10, bulk_seconds=0)
+    def measure():
+        with link(load_profile("fixed-30ms")):
+            return calibrate(probes=200, interval_ms=10, bulk_seconds=0)
+
+    res = _first_good(measure, lambda r: abs(r["rtt_ms"]["p50"] - 30) <= 1.5 and abs(r["rtt_ms"]["p99"] - 30) <= 3.0
+                      and r["valid"] and r["probes"]["lost"] == 0)
     assert res["backend"] in ("tbf+nfqueue", "kernel-netem")
-    assert abs(res["rtt_ms"]["p50"] - 30) <= 1.5, res["rtt_ms"]
-    assert abs(res["rtt_ms"]["p99"] - 30) <= 3.0, res["rtt_ms"]
-    assert res["valid"] and res["probes"]["lost"] == 0
     assert res["tcp"]["a"]["net.ipv4.tcp_wmem"].split()[-1] == "67108864"
 
 
@@ -66,11 +79,12 @@ def test_normal_jitter_with_reordering_sd():
 
 @pytest.mark.parametrize("rate_gbps", [0.1, 1.0])
 def test_rate_limit_goodput(rate_gbps):
-    with link(LinkProfile(delay_ms=1, rate_gbps=rate_gbps)):
-        res = measure_goodput(A, B_ADDR, B, seconds=3)
+    def measure():
+        with link(LinkProfile(delay_ms=1, rate_gbps=rate_gbps)):
+            return measure_goodput(A, B_ADDR, B, seconds=3)
+
+    res = _first_good(measure, lambda r: 0.90 <= r["throughput_mbps"] / (rate_gbps * 1000) <= 1.0)
     assert res["bytes_received"] == res["bytes_sent"]
-    ratio = res["throughput_mbps"] / (rate_gbps * 1000)
-    assert 0.90 <= ratio <= 1.0, res
 
 
 def test_outage_stretches_transfer_without_loss():

