@@ -62,6 +62,9 @@ class LinkProfile(BaseModel):
     rate_gbps: float | None = Field(None, gt=0, description="bottleneck rate; None = unlimited")
     queue_limit_packets: int = Field(10000, ge=1)
     outages: Outages = Field(default_factory=Outages)
+    sharing: Literal["fair", "fifo"] = Field(
+        "fair", description="simulator only: how concurrent transfers share the rate; fair = equally, as parallel "
+                            "TCP flows; fifo = one at a time in order, as NIXL over UCX TCP (one connection) does")
     transfer_latency_ms: list[float] = Field(
         default_factory=list,
         description="replayed per-transfer latencies (cycled); when set, a transfer takes exactly these")

@@ -423,8 +423,10 @@ def handoff_bench_cmd(
 
 @app.command("fidelity")
 def fidelity_cmd(
-    live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml makes one)."),
-    twin: Path = typer.Option(Path("scenarios/live/sim-twin-same-dc-pd.yaml"), "--twin", help="The simulated twin scenario."),
+    live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml "
+                                    "and cross-dc-pd.yaml make one)."),
+    twin: Optional[Path] = typer.Option(None, "--twin", help="The simulated twin scenario; default the shipped twin of "
+                                        "the live run's deployment (scenarios/live/sim-twin-*.yaml)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (new or empty); default LIVE_RUN/fidelity."),
     max_error_pct: Optional[float] = typer.Option(
         None, "--max-error-pct", min=0,

@@ -34,8 +34,6 @@ def live_arrival_requests(live_dir: Path, block_size: int):
     return sorted(reqs, key=lambda r: r.timestamp_ms), records
 
 
-
-
 def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
     rows = []
     for q in PERCENTILES:
@@ -75,8 +73,22 @@ def per_request_csv(live, sim) -> str:
     return out.to_csv(index=False, float_format="%.3f")
 
 
-def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
-    """Compare; `out` must be new or empty (made here once the comparison is possible)."""
+TWINS = {"same_dc_pd": "sim-twin-same-dc-pd.yaml", "cross_dc_pd": "sim-twin-cross-dc-pd.yaml"}
+LINK_OF = {"same_dc_pd": "network.rdma", "cross_dc_pd": "network.wan"}  # the link P -> D crosses
+
+
+def default_twin(kind: str) -> Path:
+    from pddbench.reproduce import REPO
+
+    if kind not in TWINS:
+        raise UserError(f"no shipped twin for a live {kind} run (there are twins of {', '.join(TWINS)}): "
+                        "pass --twin with a simulated scenario of the same deployment")
+    return REPO / "scenarios" / "live" / TWINS[kind]
+
+
+def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
+    """Compare; `out` must be new or empty (made here once the comparison is possible). Without
+    `twin`, the shipped twin of the live run's deployment."""
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
@@ -86,16 +98,21 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
     calib = live_dir / "engine_calibration.csv"
     if not calib.is_file():
         raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
-                        "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml sets it)")
+                        "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml and cross-dc-pd.yaml set it)")
     import yaml
 
     live_sc = yaml.safe_load((live_dir / "scenario.yaml").read_text())
     live_kind = str((live_sc.get("live") or {}).get("deployment", "colocated"))
+    twin = twin or default_twin(live_kind)
     reqs, live = live_arrival_requests(live_dir, int(live_sc["workload"]["block_size"]))
     overrides = [f"latency.calibration_csv={calib.resolve()}"]
     link = None
     xfer = live_dir / "kv_transfer_calibration.csv"
-    if xfer.is_file():  # the measured P -> D transfer replaces the twin's idealised RDMA link
+    if xfer.is_file() and live_kind in LINK_OF:
+        # The measured P -> D transfer (from the client's side: across the WAN it includes the
+        # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
+        # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
+        # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
         import csv
 
         from pddbench.live.engine_calibration import fit_link
@@ -103,7 +120,10 @@ def fidelity(live_dir: Path, twin: Path, out: Path) -> dict:
         with xfer.open() as fh:
             link = fit_link([{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)])
         rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
-        overrides.append(f"network.rdma={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}}}")
+        overrides.append(f"{LINK_OF[live_kind]}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}")
+    elif live_kind == "cross_dc_pd":
+        raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
+                        "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")
     sc = load_scenario(twin, overrides)
     if sc.deployment is None or sc.deployment.kind != live_kind:
         twin_kind = sc.deployment.kind if sc.deployment else "none"

@@ -77,6 +77,8 @@ class Deployment(_Strict):
     decode: Pool | None = Field(None, description="D pool of the PD baselines")
     relay: Pool | None = Field(None, description="RLD pool (pdd)")
     main: Pool | None = Field(None, description="MD pool (pdd)")
+    kv_block_tokens: int = Field(1, ge=1, description="tokens per engine KV block: a transfer moves whole blocks "
+                                 "(vLLM: 16 on GPU, 128 on CPU); 1 = exactly the tokens' bytes")
 
     @model_validator(mode="after")
     def _roles(self) -> "Deployment":

@@ -4,6 +4,8 @@ tests/test_live_vllm.py on real vLLM)."""
 import json
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from pddbench.fidelity import PERCENTILES, ttft_table
 from tests.conftest import REPO, run_cli
@@ -25,6 +27,24 @@ def test_twin_scenario_simulates_with_the_shipped_calibration(tmp_path):
     assert s["runtime"] == "sim" and s["requests_completed"] == s["requests_total"] > 0
     # a 4K-token prefill on the CPU engine takes ~0.7 s in the calibration: TTFT tails exceed it
     assert s["ttft_ms"]["max"] > 700
+
+
+def test_cross_dc_twin_sends_kv_over_the_wan_in_whole_blocks(tmp_path):
+    res = run_cli("run", REPO / "scenarios" / "live" / "sim-twin-cross-dc-pd.yaml", "--out", tmp_path / "twin")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = pd.read_parquet(tmp_path / "twin" / "records.parquet")
+    assert (rec["rdma_kv_bytes"] == 0).all() and (rec["wan_kv_bytes"] > 0).any()
+    assert (rec["wan_kv_bytes"] % (128 * 2048) == 0).all()  # vLLM CPU's 128-token blocks, 2 KB per token
+
+
+def test_each_live_deployment_has_its_twin_or_a_clear_refusal():
+    from pddbench.errors import UserError
+    from pddbench.fidelity import default_twin
+
+    for kind in ("same_dc_pd", "cross_dc_pd"):
+        assert default_twin(kind).is_file()
+    with pytest.raises(UserError, match="--twin"):
+        default_twin("pdd")
 
 
 def test_fidelity_names_what_is_missing(tmp_path):

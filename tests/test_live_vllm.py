@@ -87,9 +87,10 @@ def test_cross_dc_pd_ttft_follows_wan_delay_and_bandwidth(tiny, tmp_path):
     ttft, metrics = {}, {}
     for name, wan in settings.items():
         out = tmp_path / name
+        calibrate = "true" if name == "far" else "false"  # the twin's check below needs one
         res = run_cli("run", LIVE / "cross-dc-pd.yaml", "--set", f"live.model_dir={tiny}", "--set", fixed,
                       "--set", f"network.wan={wan}", "--set", "live.concurrency=1", "--set", "live.rate_rps=null",
-                      "--out", out, timeout=900)
+                      "--set", f"live.calibrate_engine={calibrate}", "--out", out, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         s = json.loads((out / "summary.json").read_text())
         assert s["requests_completed"] == 4, s
@@ -104,6 +105,13 @@ def test_cross_dc_pd_ttft_follows_wan_delay_and_bandwidth(tiny, tmp_path):
     assert ttft["narrow"] > ttft["near"] + 1000, ttft  # 8 MB of KV per request at 20 Mbit/s: ~3.4 s
     for m in metrics.values():  # D took the prompts as transferred KV, not recomputed
         assert m["external_kv_transfer_tokens"] >= 4 * 4096 * 0.9
+    # the cross-DC twin: the P -> D transfer measured from dc-a replaces the WAN profile; its fixed
+    # part holds at least the request to D and the token back (199 ms each), NIXL's pull more
+    res = run_cli("fidelity", tmp_path / "far", "--out", tmp_path / "fid", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fid = json.loads((tmp_path / "fid" / "fidelity.json").read_text())
+    assert fid["twin_scenario"].endswith("sim-twin-cross-dc-pd.yaml") and fid["requests_sim"] == 4
+    assert fid["kv_link_fitted"]["delay_ms"] > 2 * 199, fid["kv_link_fitted"]
     assert _no_engines_left()
     from netem.topology import our_namespaces
 

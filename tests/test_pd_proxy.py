@@ -71,3 +71,40 @@ def test_events_pass_at_once_and_the_account_precedes_done():
     assert account["pipeline"] == "p_d" and account["prefill_ms"] >= 50 and account["d_first_token_ms"] >= 0
     assert events[3] is DONE and len(events) == 4
     json.dumps(account)  # plain JSON
+
+
+def test_warm_up_pulls_over_every_pair_before_serving():
+    """With a warm-up model, the proxy sends one request over each P -> D pair (D gets the
+    kv_transfer_params of the P that prefilled it) before it accepts requests."""
+    seen = []
+
+    def prefill_on(name):
+        async def prefill(request):
+            body = await request.json()
+            assert body["kv_transfer_params"]["do_remote_decode"] is True and body["model"] == "tiny"
+            seen.append(("prefill", name))
+            return web.json_response({"choices": [{"text": "x"}], "kv_transfer_params": {"from": name}})
+        return prefill
+
+    def decode_on(name):
+        async def decode(request):
+            body = await request.json()
+            seen.append(("decode", name, body["kv_transfer_params"]["from"], body["stream"]))
+            return web.json_response({"choices": [{"text": "y"}]})
+        return decode
+
+    async def go():
+        runs, urls = [], {}
+        for name, handler in (("P0", prefill_on("P0")), ("P1", prefill_on("P1")), ("D0", decode_on("D0"))):
+            app = web.Application()
+            app.router.add_post("/v1/completions", handler)
+            run, urls[name] = await _serve(app)
+            runs.append(run)
+        proxy_run, _ = await _serve(make_app([urls["P0"], urls["P1"]], [urls["D0"]], warm_up_model="tiny"))
+        warmed = list(seen)  # the proxy's site starts only after its startup (the warm-up) ran
+        for r in (proxy_run, *runs):
+            await r.cleanup()
+        return warmed
+
+    warmed = asyncio.run(asyncio.wait_for(go(), 20))
+    assert warmed == [("prefill", "P0"), ("decode", "D0", "P0", False), ("prefill", "P1"), ("decode", "D0", "P1", False)]

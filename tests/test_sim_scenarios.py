@@ -158,3 +158,13 @@ def test_relay_finish_stops_or_drains_the_wan_transfer():
     assert (drain_rec["handoff_mode"] == "relay_finish").sum() == len(finished)
     assert not drain_rec["transfer_aborted"].any() and drain["wan_kv_bytes_saved"] == 0
     assert drain["wan_kv_bytes"] == stop["wan_kv_bytes"] + stop["wan_kv_bytes_saved"]
+
+
+def test_kv_transfers_move_whole_engine_blocks():
+    exact, _ = sim("cross-dc-pd")
+    blocks, _ = sim("cross-dc-pd", "deployment.kv_block_tokens=128")
+    kv = load_scenario(PAPER / "cross-dc-pd.yaml").model.kv_bytes_per_token
+    moved = {name: rec["input_tokens"] - rec["decode_cached_tokens"] for name, rec in (("exact", exact), ("blocks", blocks))}
+    assert (exact["wan_kv_bytes"] == moved["exact"] * kv).all()
+    assert (blocks["wan_kv_bytes"] == np.ceil(moved["blocks"] / 128) * 128 * kv).all()
+    assert (moved["blocks"] % 128 != 0).any()  # some prompts end mid-block: the rounding was exercised

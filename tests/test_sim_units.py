@@ -64,6 +64,19 @@ def test_link_late_joiner_and_cancel():
     assert done["b"] == pytest.approx(1.5 + 0.75)
 
 
+def test_fifo_link_serves_one_transfer_at_a_time():
+    # 1e6 B/ms, 5 ms delay: a, b, c sent together; a cancelled midway hands the line to b at once
+    loop, link = _link(rate_gbps=8, delay_ms=5, sharing="fifo")
+    done, saved = {}, {}
+    tr = {n: link.send(1e6 if n != "a" else 2e6, lambda n=n: done.setdefault(n, loop.now)) for n in "abcd"}
+    assert link.predict_ms(1e6) == pytest.approx((5e6 + 1e6) / 1e6 + 5)  # behind the 5e6 B already sent
+    loop.at(1.0, lambda: saved.setdefault("a", link.cancel(tr["a"])))
+    loop.at(1.5, lambda: saved.setdefault("d", link.cancel(tr["d"])))
+    loop.run()
+    assert saved == {"a": pytest.approx(1e6), "d": 1e6}  # a half sent; d never started
+    assert done == {"b": pytest.approx(1 + 1 + 5), "c": pytest.approx(1 + 2 + 5)}
+
+
 def test_link_outage_stretches_transfer():
     prof = dict(rate_gbps=8, outages=Outages(rate_per_s=0.5, min_ms=1000, pareto_shape=50, max_ms=1000))
     loop, link = _link(**prof)

@@ -43,10 +43,13 @@ class LiveConfig(BaseModel):
     calibrate_probes: int = Field(100, ge=10)
     min_relay_tokens: int = Field(0, ge=0, description="pdd: hold each handoff until the relay has produced this many tokens")
     calibrate_engine: bool = Field(False, description="after the replay, measure P's prefill and D's decode step "
-                                   "times into engine_calibration.csv (colocated / same_dc_pd), for `pddbench fidelity`")
+                                   "times into engine_calibration.csv, and the P -> D KV transfer into "
+                                   "kv_transfer_calibration.csv (colocated / same_dc_pd / cross_dc_pd), "
+                                   "for `pddbench fidelity`")
 
 
 CROSS_DC = ("cross_dc_pd", "pdd")
+CALIBRATED = ("colocated", "same_dc_pd", "cross_dc_pd")  # one P, one D: what the calibration measures
 ENGINE_BLOCK_TOKENS = 128  # vLLM CPU's KV block: the granularity of its prefix cache
 
 def start_front(module: str, args: list[str], host: str, port: int, netns: str | None, log: Path) -> subprocess.Popen:
@@ -55,7 +58,7 @@ def start_front(module: str, args: list[str], host: str, port: int, netns: str |
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_port(host, port, netns, timeout_s=120)  # the router warms its KV paths first
+    wait_port(host, port, netns, timeout_s=120)  # fronts warm their KV paths first
     return proc
 
 
@@ -78,13 +81,26 @@ def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_siz
                netns: str | None, log: Path) -> None:
     """The replay client as its own process, inside `netns` when the client sits in a datacenter."""
     args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline]
-    cmd = [sys.executable, "-m", "pddbench", *args]
+    _run_client("replay", ["pddbench", *args], netns, log)
+
+
+def run_engine_calibration(cfg: LiveConfig, prefill_url: str, decode_url: str, kv_bytes_per_token: int,
+                           out: Path, netns: str | None, log: Path) -> None:
+    """Step times (and the P -> D transfer unless kv_bytes_per_token is 0), measured from where the
+    replay client sits."""
+    _run_client("engine calibration", ["pddbench.live.engine_calibration", "--prefill", prefill_url,
+                                       "--decode", decode_url, "--kv-bytes-per-token", str(kv_bytes_per_token),
+                                       "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi), "--out", str(out)], netns, log)
+
+
+def _run_client(what: str, module_args: list[str], netns: str | None, log: Path) -> None:
+    cmd = [sys.executable, "-m", *module_args]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     res = subprocess.run(cmd, capture_output=True, text=True)
     log.write_text(res.stdout + res.stderr)
     if res.returncode != 0:
-        raise UserError(f"replay failed (exit {res.returncode}); see {log}")
+        raise UserError(f"{what} failed (exit {res.returncode}); see {log}")
 
 
 def pdd_specs(model_dir: str, port: int) -> list[EngineSpec]:
@@ -172,25 +188,16 @@ def run_live(sc, run_dir: Path) -> dict:
                                                                  "--warm-up-model", "tiny"],
                                     host, port, netns, logs / "router.log")
             else:
-                proxy = start_front("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url],
+                proxy = start_front("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url,
+                                                                "--warm-up-model", "tiny"],
                                     host, port, netns, logs / "proxy.log")
             pipeline = {"colocated": "colocated", "pdd": "pdd"}.get(kind, "p_d")
             run_replay(cfg, endpoint, trace, run_dir / "replay", bs, pipeline, netns, logs / "replay.log")
             engine_metrics = metric_deltas(before, group.metrics())
-            if cfg.calibrate_engine and kind in ("colocated", "same_dc_pd"):
-                from pddbench.io import write_text
-                from pddbench.live.client import run_sync
-                from pddbench.live.engine_calibration import measure, to_csv
-
-                rows = run_sync(measure(specs[0].url, specs[-1].url, vocab=(cfg.vocab_lo, cfg.vocab_hi)))
-                write_text(run_dir / "engine_calibration.csv", to_csv(rows))
-                if kind == "same_dc_pd":
-                    from pddbench.live.engine_calibration import measure_kv_transfer
-
-                    xfer = run_sync(measure_kv_transfer(specs[0].url, specs[1].url, kv_bytes_per_token(model_dir),
-                                                        vocab=(cfg.vocab_lo, cfg.vocab_hi)))
-                    write_text(run_dir / "kv_transfer_calibration.csv",
-                               to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
+            if cfg.calibrate_engine and kind in CALIBRATED:
+                transfer = kv_bytes_per_token(model_dir) if kind != "colocated" else 0
+                run_engine_calibration(cfg, specs[0].url, specs[-1].url, transfer, run_dir, netns,
+                                       logs / "engine_calibration.log")
             if netem_up:
                 calibration = calibrate(probes=cfg.calibrate_probes, bulk_seconds=0)
     finally:

@@ -73,7 +73,7 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
     return rows
 
 
-TRANSFER_TOKENS = (512, 1024, 2048, 4096)
+TRANSFER_TOKENS = (128, 512, 1024, 2048, 4096)  # 128: one block, what a mostly cached prompt moves
 
 
 async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_token: int, model: str = "tiny",
@@ -82,17 +82,14 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
     do_remote_decode; the time from then until D answers a one-token request with P's
     kv_transfer_params is the pull plus one decode step (measured separately and subtracted
     by the fit's intercept)."""
-    from pddbench.live.pdd_router import one_token_body
+    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         for n in TRANSFER_TOKENS:
             for r in range(reps):
                 body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
-                pbody = one_token_body(body, kv_transfer_params={
-                    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-                    "remote_block_ids": None, "remote_host": None, "remote_port": None})
-                async with session.post(prefill_url + "/v1/completions", json=pbody) as resp:
+                async with session.post(prefill_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
                     resp.raise_for_status()
                     kv = (await resp.json())["kv_transfer_params"]
                 t0 = time.monotonic()
@@ -123,3 +120,36 @@ def fit_link(rows: list[dict]) -> dict:
 def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
     cols = cols or ["phase", "tokens", "attn_pairs", "batch", "kv_tokens", "step_ms"]
     return "\n".join([",".join(cols)] + [",".join(str(r[c]) for c in cols) for r in rows]) + "\n"
+
+
+async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int, vocab: tuple[int, int]):
+    steps = await measure(prefill_url, decode_url, vocab=vocab)
+    xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
+        if kv_bytes_per_token else None
+    return steps, xfer
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs as its own process so that it can sit in the client's datacenter (`ip netns exec`):
+    across the WAN the measured P -> D transfer includes every crossing a live request makes."""
+    import argparse
+    from pathlib import Path
+
+    from pddbench.io import write_text
+    from pddbench.live.client import run_sync
+
+    p = argparse.ArgumentParser(description="Measure step times (and the P -> D KV transfer) of running engines.")
+    p.add_argument("--prefill", required=True, help="P's URL")
+    p.add_argument("--decode", required=True, help="D's URL")
+    p.add_argument("--kv-bytes-per-token", type=int, default=0, help="0: skip the KV-transfer measurement")
+    p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
+    p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
+    a = p.parse_args(argv)
+    steps, xfer = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
+    write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
+    if xfer is not None:
+        write_text(Path(a.out) / "kv_transfer_calibration.csv", to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
+
+
+if __name__ == "__main__":
+    main()

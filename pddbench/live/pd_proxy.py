@@ -19,6 +19,8 @@ import time
 import aiohttp
 from aiohttp import web
 
+from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
+
 
 async def completions(request: web.Request) -> web.StreamResponse:
     up = request.app[UPSTREAMS]
@@ -26,12 +28,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     received = time.monotonic()
     p_url, d_url = next(up.prefill), next(up.decode)
     session = up.session
-    prefill_body = {**body, "stream": False, "max_tokens": 1, "min_tokens": 1,
-                    "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
-                                           "remote_engine_id": None, "remote_block_ids": None,
-                                           "remote_host": None, "remote_port": None}}
-    prefill_body.pop("stream_options", None)
-    async with session.post(p_url + "/v1/completions", json=prefill_body) as resp:
+    async with session.post(p_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
         if resp.status != 200:
             return web.Response(status=resp.status, text=await resp.text())
         kv_params = (await resp.json()).get("kv_transfer_params")
@@ -75,24 +72,42 @@ async def models(request: web.Request) -> web.Response:
 class Upstreams:
     """P and D in round-robin order, and the one client session to both."""
 
-    def __init__(self, prefill: list[str], decode: list[str]):
+    def __init__(self, prefill: list[str], decode: list[str], warm_up_model: str | None = None):
         self.prefill, self.decode, self.decode_urls = itertools.cycle(prefill), itertools.cycle(decode), decode
+        self.prefill_urls, self.warm_up_model = prefill, warm_up_model
         self.session: aiohttp.ClientSession | None = None
+
+    async def warm_up(self) -> None:
+        """One request over each P -> D pair before listening, as the PDD router does: NIXL's
+        first handshake between two engines (about a second over the live WAN) must not land
+        in a measured request."""
+        body = {"model": self.warm_up_model, "prompt": list(range(16, 16 + 192)), "temperature": 0.0}
+        for p_url in self.prefill_urls:
+            for d_url in self.decode_urls:
+                async with self.session.post(p_url + "/v1/completions", json=remote_decode_prefill_body(body)) as r:
+                    r.raise_for_status()
+                    kv = (await r.json())["kv_transfer_params"]
+                async with self.session.post(d_url + "/v1/completions",
+                                             json=one_token_body(body, kv_transfer_params=kv)) as r:
+                    r.raise_for_status()
 
 
 UPSTREAMS = web.AppKey("upstreams", Upstreams)
 
 
 async def _session(app: web.Application):
-    app[UPSTREAMS].session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
-                                                   connector=aiohttp.TCPConnector(limit=0))
+    up = app[UPSTREAMS]
+    up.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
+                                       connector=aiohttp.TCPConnector(limit=0))
+    if up.warm_up_model:
+        await up.warm_up()
     yield
     await app[UPSTREAMS].session.close()
 
 
-def make_app(prefill: list[str], decode: list[str]) -> web.Application:
+def make_app(prefill: list[str], decode: list[str], warm_up_model: str | None = None) -> web.Application:
     app = web.Application()
-    app[UPSTREAMS] = Upstreams(prefill, decode)
+    app[UPSTREAMS] = Upstreams(prefill, decode, warm_up_model)
     app.cleanup_ctx.append(_session)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
@@ -110,8 +125,9 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--prefill", action="append", required=True, help="P base URL (repeatable)")
     p.add_argument("--decode", action="append", required=True, help="D base URL (repeatable)")
+    p.add_argument("--warm-up-model", default=None, help="served model name: warm each P -> D pair before listening")
     a = p.parse_args()
-    web.run_app(make_app(a.prefill, a.decode), host=a.host, port=a.port, print=None, access_log=None)
+    web.run_app(make_app(a.prefill, a.decode, a.warm_up_model), host=a.host, port=a.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import aiohttp
 from aiohttp import web
 
 from pddbench.cache.prefix_cache import PrefixCache
+from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 from pddbench.live.sse import DONE, SSEParser
 from pddbench.policy import pdd as policy
 
@@ -146,12 +147,6 @@ class _Stream:
             pass
 
 
-def one_token_body(body: dict, **extra) -> dict:
-    """A non-streaming one-token request (prefill, KV pull, extend step) derived from the client's."""
-    out = {k: v for k, v in body.items() if k not in ("stream_options", "pdd")}
-    return {**out, "stream": False, "max_tokens": 1, "min_tokens": 1, **extra}
-
-
 async def _post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
     for attempt in (1, 2):
         try:
@@ -181,10 +176,7 @@ class Router:
         return nbytes * 8 * (self.wan_inflight + 1) / (self.cfg.wan_rate_gbps * 1e6) + self.cfg.wan_delay_ms
 
     async def prefill(self, body: dict) -> tuple[dict, int]:
-        pbody = one_token_body(body, kv_transfer_params={
-            "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-            "remote_block_ids": None, "remote_host": None, "remote_port": None})
-        res = await _post_json(self.session, self.cfg.prefill, pbody)
+        res = await _post_json(self.session, self.cfg.prefill, remote_decode_prefill_body(body))
         details = (res.get("usage") or {}).get("prompt_tokens_details") or {}
         return res["kv_transfer_params"], int(details.get("cached_tokens") or 0)
 

@@ -23,7 +23,13 @@ class Deployment:
         self.sc, self.c, self.loop = sc, cluster, cluster.loop
         assert sc.model is not None and sc.deployment is not None
         self.kv_bytes = sc.model.kv_bytes_per_token
+        self.kv_block_tokens = sc.deployment.kv_block_tokens
         self.kind = sc.deployment.kind
+
+    def transfer_bytes(self, tokens: int) -> int:
+        """Bytes a KV transfer of `tokens` moves: whole engine blocks (a partial last block too)."""
+        blocks = -(-tokens // self.kv_block_tokens)
+        return blocks * self.kv_block_tokens * self.kv_bytes
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
@@ -33,6 +39,7 @@ class Deployment:
     def prefilled(self, req: SimRequest, p_index: int) -> None:
         raise NotImplementedError
 
+
 class PD(Deployment):
     """Same-DC or naive cross-DC prefill/decode disaggregation."""
 
@@ -40,7 +47,7 @@ class PD(Deployment):
         req.prefill_end_ms = self.loop.now
         d = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
         req.decode_cached_tokens = d.match_tokens(req.hash_ids, req.input_tokens)
-        nbytes = (req.input_tokens - req.decode_cached_tokens) * self.kv_bytes
+        nbytes = self.transfer_bytes(req.input_tokens - req.decode_cached_tokens)
         if self.kind == "cross_dc_pd":
             req.wan_kv_bytes = nbytes
             self.c.wan.send(nbytes, self._kv_arrived, req, d, True)
@@ -63,7 +70,7 @@ class PDD(Deployment):
         md = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
         req.decode_cached_tokens = md.match_tokens(req.hash_ids, req.input_tokens)
         uncached = req.input_tokens - req.decode_cached_tokens
-        wan_bytes = uncached * self.kv_bytes
+        wan_bytes = self.transfer_bytes(uncached)
         pipeline = policy.choose_pipeline(
             predicted_wan_kv_ms=self.c.wan.predict_ms(wan_bytes), ttft_sla_ms=sla.ttft_ms,
             budget_fraction=pol.relay_ttft_budget_fraction, relay_only_ablation=pol.relay_only_pipeline)
@@ -74,7 +81,7 @@ class PDD(Deployment):
             return
         # Relay path: the KV goes to the least-loaded relay over RDMA (the relay holds no cache).
         rld = min(self.c.relay, key=lambda r: (r.load, r.name))
-        req.rdma_kv_bytes = req.input_tokens * self.kv_bytes
+        req.rdma_kv_bytes = self.transfer_bytes(req.input_tokens)
         state = _RelayState(req, md, rld)
         singular = pol.singular_filter and policy.is_singular_flow(
             input_tokens=req.input_tokens, uncached_tokens=uncached, max_output_tokens=req.output_tokens,

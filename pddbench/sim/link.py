@@ -1,7 +1,8 @@
 """Simulated links, described by the same LinkProfile the netem package emulates.
 
 Bandwidth is shared equally by the transfers in flight (processor sharing, as parallel TCP flows
-roughly do). It is tracked as virtual service S, the bytes each active transfer has received: a
+roughly do), or with `sharing: fifo` given to one transfer at a time in order of sending (one
+connection carrying them in turn, as NIXL over UCX TCP does between two engines). It is tracked as virtual service S, the bytes each active transfer has received: a
 transfer that starts at S0 with B bytes ends when S reaches S0 + B, so start, finish and cancel
 are O(log n). Outages (heavy-tailed stalls) are a seeded schedule, fixed whatever the traffic,
 during which nothing is served. After the last byte leaves, the data still needs the one-way
@@ -15,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import deque
 from typing import Any, Callable
 
 from netem.profile import LinkProfile
@@ -42,7 +44,9 @@ class Link:
         self._jitter = JitterSampler(profile.jitter, random.Random(f"{profile.seed}:{name}"))
         self._schedule = OutageSchedule(profile.outages, random.Random(f"{profile.seed}:{name}:outages"))
         self._replay = itertools.cycle(profile.transfer_latency_ms) if profile.transfer_latency_ms else None
-        self._heap: list[tuple[float, int, Transfer]] = []
+        self._heap: list[tuple[float, int, Transfer]] = []  # transfers being served
+        self.fifo = profile.sharing == "fifo"
+        self._waiting: deque[Transfer] = deque()  # fifo: sent, behind the one being served
         self._seq = 0
         self.active = 0
         self.service = 0.0
@@ -109,7 +113,21 @@ class Link:
             self.active -= 1
             tr.queued = False
             self._deliver(tr)
+        self._serve_next()
         self._reschedule()
+
+    def _serve(self, tr: Transfer) -> None:
+        tr.target = self.service + tr.nbytes
+        heapq.heappush(self._heap, (tr.target, self._seq, tr))
+        self._seq += 1
+        self.active += 1
+
+    def _serve_next(self) -> None:
+        """fifo: the next waiting transfer gets the line once it is free."""
+        while self.fifo and not self.active and self._waiting:
+            tr = self._waiting.popleft()
+            if not tr.cancelled:
+                self._serve(tr)
 
     def _deliver(self, tr: Transfer) -> None:
         self.bytes_sent += tr.nbytes
@@ -136,11 +154,11 @@ class Link:
             self._deliver(tr)
             return tr
         self._advance()
-        tr.target = self.service + nbytes
-        heapq.heappush(self._heap, (tr.target, self._seq, tr))
         tr.queued = True
-        self._seq += 1
-        self.active += 1
+        if self.fifo and self.active:
+            self._waiting.append(tr)
+        else:
+            self._serve(tr)
         self._reschedule()
         return tr
 
@@ -151,11 +169,16 @@ class Link:
         tr.cancelled = True
         if not tr.queued:
             return 0.0  # already on the wire: only its delivery is dropped
-        self._advance()
         tr.queued = False
+        if self.fifo and tr in self._waiting:
+            self._waiting.remove(tr)
+            return tr.nbytes  # never started
+        self._advance()
         self.active -= 1
+        left = max(0.0, tr.target - self.service)
+        self._serve_next()
         self._reschedule()
-        return max(0.0, tr.target - self.service)
+        return left
 
     def predict_ms(self, nbytes: float) -> float:
         """What a transfer of nbytes started now would take if nothing else changes."""
@@ -163,4 +186,9 @@ class Link:
             return float(self.profile.transfer_latency_ms[0])
         if self.rate_bytes_per_ms is None:
             return self.delay_ms
+        if self.fifo:  # behind everything already sent
+            self._advance()
+            backlog = sum(max(0.0, t.target - self.service) for _, _, t in self._heap if not t.cancelled)
+            backlog += sum(t.nbytes for t in self._waiting if not t.cancelled)
+            return (backlog + nbytes) / self.rate_bytes_per_ms + self.delay_ms
         return nbytes * (self.active + 1) / self.rate_bytes_per_ms + self.delay_ms
