@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from pddbench.live.net import free_port
@@ -108,3 +109,38 @@ def test_warm_up_pulls_over_every_pair_before_serving():
 
     warmed = asyncio.run(asyncio.wait_for(go(), 20))
     assert warmed == [("prefill", "P0"), ("decode", "D0", "P0", False), ("prefill", "P1"), ("decode", "D0", "P1", False)]
+
+
+def test_post_tries_again_once_when_the_engine_closed_the_connection():
+    """A connection the engine closes as the request goes out fails before any answer: `post`
+    sends it once more, and a second failure is the caller's."""
+    from pddbench.live.upstream import engine_session, post
+
+    async def go(drop_first: int):
+        seen = {"n": 0}
+
+        async def handle(reader, writer):
+            seen["n"] += 1
+            await reader.readuntil(b"\r\n\r\n")
+            if seen["n"] <= drop_first:
+                writer.close()  # no answer: what a keep-alive race looks like to the client
+                return
+            body = b'{"ok": true}'
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            await writer.drain()
+            writer.close()
+
+        port = free_port()
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        try:
+            async with engine_session() as session:
+                async with await post(session, f"http://127.0.0.1:{port}/v1/completions", {"x": 1}) as resp:
+                    return await resp.json(), seen["n"]
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(go(1)) == ({"ok": True}, 2)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        asyncio.run(go(2))

@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
+from pddbench.live.upstream import engine_session, post
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -28,13 +29,13 @@ async def completions(request: web.Request) -> web.StreamResponse:
     received = time.monotonic()
     p_url, d_url = next(up.prefill), next(up.decode)
     session = up.session
-    async with session.post(p_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
+    async with await post(session, p_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
         if resp.status != 200:
             return web.Response(status=resp.status, text=await resp.text())
         kv_params = (await resp.json()).get("kv_transfer_params")
     asked_d = time.monotonic()
     decode_body = {**body, "kv_transfer_params": kv_params}
-    async with session.post(d_url + "/v1/completions", json=decode_body) as resp:
+    async with await post(session, d_url + "/v1/completions", decode_body) as resp:
         out = web.StreamResponse(status=resp.status, headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")})
         await out.prepare(request)
         if not body.get("stream") or resp.status != 200:
@@ -84,11 +85,11 @@ class Upstreams:
         body = {"model": self.warm_up_model, "prompt": list(range(16, 16 + 192)), "temperature": 0.0}
         for p_url in self.prefill_urls:
             for d_url in self.decode_urls:
-                async with self.session.post(p_url + "/v1/completions", json=remote_decode_prefill_body(body)) as r:
+                async with await post(self.session, p_url + "/v1/completions", remote_decode_prefill_body(body)) as r:
                     r.raise_for_status()
                     kv = (await r.json())["kv_transfer_params"]
-                async with self.session.post(d_url + "/v1/completions",
-                                             json=one_token_body(body, kv_transfer_params=kv)) as r:
+                async with await post(self.session, d_url + "/v1/completions",
+                                      one_token_body(body, kv_transfer_params=kv)) as r:
                     r.raise_for_status()
 
 
@@ -97,8 +98,7 @@ UPSTREAMS = web.AppKey("upstreams", Upstreams)
 
 async def _session(app: web.Application):
     up = app[UPSTREAMS]
-    up.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
-                                       connector=aiohttp.TCPConnector(limit=0))
+    up.session = engine_session()
     if up.warm_up_model:
         await up.warm_up()
     yield

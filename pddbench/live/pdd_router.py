@@ -40,6 +40,7 @@ from aiohttp import web
 from pddbench.cache.prefix_cache import PrefixCache
 from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 from pddbench.live.sse import DONE, SSEParser
+from pddbench.live.upstream import engine_session, post
 from pddbench.policy import pdd as policy
 
 
@@ -122,7 +123,7 @@ class _Stream:
 
     async def _read(self, session, url, body, sink, source) -> None:
         parser = SSEParser()
-        async with session.post(url + "/v1/completions", json=body) as resp:
+        async with await post(session, url + "/v1/completions", body) as resp:
             if resp.status != 200:
                 raise UpstreamError(resp.status, await resp.text())
             async for chunk in resp.content.iter_any():
@@ -148,16 +149,10 @@ class _Stream:
 
 
 async def _post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
-    for attempt in (1, 2):
-        try:
-            async with session.post(url + "/v1/completions", json=body) as resp:
-                if resp.status != 200:
-                    raise UpstreamError(resp.status, await resp.text())
-                return await resp.json()
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-            if attempt == 2:  # a pooled connection the engine had closed: one fresh try
-                raise
-    raise AssertionError("unreachable")
+    async with await post(session, url + "/v1/completions", body) as resp:
+        if resp.status != 200:
+            raise UpstreamError(resp.status, await resp.text())
+        return await resp.json()
 
 
 class Router:
@@ -447,8 +442,7 @@ def make_app(cfg: RouterConfig, warm_model: str | None = None) -> web.Applicatio
     app[ROUTER] = router
 
     async def session_ctx(_app):
-        router.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
-                                               connector=aiohttp.TCPConnector(limit=0))
+        router.session = engine_session()
         if warm_model:
             await router.warm_up(warm_model)
             router.md_cache = PrefixCache(cfg.md_cache_blocks)
