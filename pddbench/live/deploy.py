@@ -122,7 +122,8 @@ def router_config(sc, specs: list[EngineSpec], model_dir: str) -> RouterConfig:
     pol = sc.policy
     return RouterConfig(
         prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_bytes_per_token(model_dir),
-        block_size=ENGINE_BLOCK_TOKENS, wan_rate_gbps=rate, wan_delay_ms=wan.delay_ms, ttft_sla_ms=sc.sla.ttft_ms,
+        block_size=ENGINE_BLOCK_TOKENS, wan_rate_gbps=rate, wan_delay_ms=wan.delay_ms, wan_sharing=wan.sharing,
+        ttft_sla_ms=sc.sla.ttft_ms,
         handoff_mode=pol.handoff_mode, catch_up_threshold_tokens=pol.catch_up_threshold_tokens,
         catch_up_batch_tokens=pol.catch_up_batch_tokens, catch_up_max_rounds=pol.catch_up_max_rounds,
         relay_busy_fraction=pol.relay_busy_fraction, relay_ttft_budget_fraction=pol.relay_ttft_budget_fraction,

@@ -54,6 +54,7 @@ class RouterConfig:
     wan_rate_gbps: float | None       # what the router assumes of the WAN, for its prediction
     wan_delay_ms: float
     ttft_sla_ms: float
+    wan_sharing: str = "fair"         # the WAN profile's `sharing`: how pulls in flight share the rate
     handoff_mode: str = "adaptive"
     catch_up_threshold_tokens: int = 64
     catch_up_batch_tokens: int = 32
@@ -161,14 +162,28 @@ class Router:
         self.md_cache = PrefixCache(cfg.md_cache_blocks)
         self.relay_inflight = 0
         self.wan_inflight = 0
+        self.wan_free_at = 0.0  # fifo: when the pulls booked so far will have crossed (monotonic s)
         self.draining: set[asyncio.Task] = set()  # MD pulls left to finish after their relay did
         self.session: aiohttp.ClientSession | None = None
 
     def predict_wan_ms(self, nbytes: int) -> float:
-        """Same model as the simulator's link.predict_ms: fair share of the rate plus delay."""
-        if not self.cfg.wan_rate_gbps:
+        """Same model as the simulator's link.predict_ms: a fair share of the rate, or (fifo)
+        behind every byte booked ahead, plus the delay."""
+        rate = self.cfg.wan_rate_gbps
+        if not rate:
             return self.cfg.wan_delay_ms
-        return nbytes * 8 * (self.wan_inflight + 1) / (self.cfg.wan_rate_gbps * 1e6) + self.cfg.wan_delay_ms
+        if self.cfg.wan_sharing == "fifo":
+            backlog_ms = max(0.0, self.wan_free_at - time.monotonic()) * 1000
+            return backlog_ms + nbytes * 8 / (rate * 1e6) + self.cfg.wan_delay_ms
+        return nbytes * 8 * (self.wan_inflight + 1) / (rate * 1e6) + self.cfg.wan_delay_ms
+
+    def _book_wan(self, nbytes: int) -> None:
+        """A pull starts: its bytes queue behind those booked before (vLLM cannot stop a pull,
+        so a booking stands even when the router gives up on it)."""
+        self.wan_inflight += 1
+        if self.cfg.wan_rate_gbps:
+            start = max(time.monotonic(), self.wan_free_at)
+            self.wan_free_at = start + nbytes * 8 / (self.cfg.wan_rate_gbps * 1e9)
 
     async def prefill(self, body: dict) -> tuple[dict, int]:
         res = await _post_json(self.session, self.cfg.prefill, remote_decode_prefill_body(body))
@@ -189,6 +204,11 @@ class Router:
         n_out = int(body.get("max_tokens") or 16)
         up = {**body, "stream": True, "return_token_ids": True, "stream_options": {"include_usage": True}}
         up.pop("pdd", None)
+        t0 = time.monotonic()
+        kv1, trip.p_cached_tokens = await self.prefill(body)
+        trip.prefill_ms = (time.monotonic() - t0) * 1000
+        # Decided once P has the KV, as the simulator does: the line may be busier by then than
+        # when the request arrived (P queues prefills).
         hashes = block_hashes(prompt, cfg.block_size)
         trip.decode_cached_tokens = min(len(prompt), self.md_cache.match(hashes) * cfg.block_size)
         uncached = len(prompt) - trip.decode_cached_tokens
@@ -197,12 +217,9 @@ class Router:
             predicted_wan_kv_ms=self.predict_wan_ms(wan_bytes), ttft_sla_ms=cfg.ttft_sla_ms,
             budget_fraction=cfg.relay_ttft_budget_fraction, relay_only_ablation=cfg.relay_only_pipeline)
         trip.pipeline = force_pipeline or trip.pipeline
-        t0 = time.monotonic()
-        kv1, trip.p_cached_tokens = await self.prefill(body)
-        trip.prefill_ms = (time.monotonic() - t0) * 1000
         if trip.pipeline == "p_md":
             trip.wan_kv_bytes = wan_bytes
-            self.wan_inflight += 1
+            self._book_wan(wan_bytes)
             try:
                 md = _Stream(self.session, cfg.main, {**up, "kv_transfer_params": kv1}, sink, "main")
                 await md.task
@@ -234,7 +251,7 @@ class Router:
             kv2, _ = await self.prefill(body)
             trip.wan_kv_bytes = wan_bytes
             pull_t0 = time.monotonic()
-            self.wan_inflight += 1
+            self._book_wan(wan_bytes)
             pull = asyncio.create_task(_post_json(self.session, cfg.main, one_token_body(body, kv_transfer_params=kv2)))
             pull.add_done_callback(lambda _t: setattr(self, "wan_inflight", self.wan_inflight - 1))
             await asyncio.wait({relay.task, pull}, return_when=asyncio.FIRST_COMPLETED)
