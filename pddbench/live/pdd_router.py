@@ -212,7 +212,7 @@ class Router:
         hashes = block_hashes(prompt, cfg.block_size)
         trip.decode_cached_tokens = min(len(prompt), self.md_cache.match(hashes) * cfg.block_size)
         uncached = len(prompt) - trip.decode_cached_tokens
-        wan_bytes = uncached * cfg.kv_bytes_per_token
+        wan_bytes = policy.kv_transfer_bytes(uncached, cfg.kv_bytes_per_token, cfg.block_size)
         trip.pipeline = policy.choose_pipeline(
             predicted_wan_kv_ms=self.predict_wan_ms(wan_bytes), ttft_sla_ms=cfg.ttft_sla_ms,
             budget_fraction=cfg.relay_ttft_budget_fraction, relay_only_ablation=cfg.relay_only_pipeline)
@@ -232,7 +232,7 @@ class Router:
 
     async def _relay_path(self, body, up, prompt, n_out, hashes, uncached, wan_bytes, kv1, sink, trip) -> None:
         cfg = self.cfg
-        trip.rdma_kv_bytes = len(prompt) * cfg.kv_bytes_per_token  # the relay holds no cache
+        trip.rdma_kv_bytes = policy.kv_transfer_bytes(len(prompt), cfg.kv_bytes_per_token, cfg.block_size)  # no cache on RLD
         trip.singular_flow = cfg.singular_filter and policy.is_singular_flow(
             input_tokens=len(prompt), uncached_tokens=uncached, max_output_tokens=n_out,
             min_input_tokens=cfg.singular_min_input_tokens, max_output=cfg.singular_max_output_tokens)

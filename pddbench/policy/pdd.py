@@ -16,6 +16,11 @@ TOKEN_ID_BYTES = 4
 HANDOFF_HEADER_BYTES = 64
 
 
+def kv_transfer_bytes(tokens: int, kv_bytes_per_token: int, block_tokens: int = 1) -> int:
+    """Bytes a KV transfer of `tokens` moves: whole engine blocks (a partial last block too)."""
+    return -(-tokens // block_tokens) * block_tokens * kv_bytes_per_token
+
+
 def choose_pipeline(*, predicted_wan_kv_ms: float, ttft_sla_ms: float, budget_fraction: float,
                     relay_only_ablation: bool = False) -> Pipeline:
     """P->MD when the KV reaches MD well within the TTFT budget (high-hit requests: little to

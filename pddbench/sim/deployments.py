@@ -27,9 +27,7 @@ class Deployment:
         self.kind = sc.deployment.kind
 
     def transfer_bytes(self, tokens: int) -> int:
-        """Bytes a KV transfer of `tokens` moves: whole engine blocks (a partial last block too)."""
-        blocks = -(-tokens // self.kv_block_tokens)
-        return blocks * self.kv_block_tokens * self.kv_bytes
+        return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
