@@ -2,9 +2,9 @@
 
 Bandwidth is shared equally by the transfers in flight (processor sharing, as parallel TCP flows
 roughly do), or with `sharing: fifo` given to one transfer at a time in order of sending (one
-connection carrying them in turn, as NIXL over UCX TCP does between two engines). It is tracked as virtual service S, the bytes each active transfer has received: a
-transfer that starts at S0 with B bytes ends when S reaches S0 + B, so start, finish and cancel
-are O(log n). Outages (heavy-tailed stalls) are a seeded schedule, fixed whatever the traffic,
+connection carrying them in turn, as NIXL over UCX TCP does between two engines). It is tracked
+as virtual service S, the bytes each served transfer has received: a transfer that starts at S0
+with B bytes ends when S reaches S0 + B, so start, finish and cancel are O(log n). Outages (heavy-tailed stalls) are a seeded schedule, fixed whatever the traffic,
 during which nothing is served. After the last byte leaves, the data still needs the one-way
 propagation delay plus a jitter sample. With `transfer_latency_ms` set, each transfer instead
 takes the next replayed latency, whatever its size.
