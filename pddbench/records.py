@@ -33,33 +33,38 @@ RECORD_FIELDS: dict[str, str] = {
     "tpot_ms": "float64",           # NaN when output_tokens < 2
     "max_itl_ms": "float64",
     "schedule_lag_ms": "float64",   # live: actual send - intended send (0 in the simulator)
-    "kv_wait_ms": "float64",        # prefill end -> the decoder holding the KV it starts from
+    "kv_wait_ms": "float64",        # first_token_ms - prefill_end_ms (KV transfer + first step)
     "wan_kv_ms": "float64",         # WAN KV transfer time (NaN when none crossed)
     "relay_tokens": "int64",        # tokens produced by the relay decoder (eager tokens)
     "main_tokens": "int64",         # tokens produced by D / MD
     "handoff_ms": "float64",        # first handoff message sent -> MD produces its first token
-    "handoff_stall_ms": "float64",  # largest inter-token gap around the handoff (the stall felt)
+    "handoff_stall_ms": "float64",  # MD's first token - the relay's last token (NaN without takeover)
     "relay_busy_ms": "float64",     # how long the request occupied a relay decoder
     "rdma_kv_bytes": "int64",
-    "wan_kv_bytes": "int64",
+    "wan_kv_bytes": "int64",        # KV bytes that crossed the WAN for this request
     "wan_token_id_bytes": "int64",
     "wan_kv_bytes_saved": "int64",  # KV bytes not sent because a transfer was aborted
     "transfer_aborted": "bool",
+    "transfer_abort_reason": "string",  # "" | singular_flow | relay_finish | md_error
     "singular_flow": "bool",
     "failed": "bool",
     "failure_reason": "string",     # "" when the request completed
 }
 
 
+ABORT_REASONS = ("singular_flow", "relay_finish", "md_error")  # transfer_abort_reason when aborted
+
+
 def derive_latencies(arrival_ms: float, first_token_ms: float, finish_ms: float, output_tokens: int,
-                     failed: bool) -> dict[str, float]:
-    """TTFT, E2E and TPOT from the three timestamps: the one definition (docs/metrics.md)."""
+                     failed: bool, prefill_end_ms: float = float("nan")) -> dict[str, float]:
+    """TTFT, E2E, TPOT and the KV wait from the timestamps: the one definition for both runtimes
+    (docs/metrics.md). `prefill_end_ms` is NaN where unknown (then kv_wait_ms is NaN)."""
     nan = float("nan")
     if failed:
-        return {"ttft_ms": nan, "e2e_ms": nan, "tpot_ms": nan}
+        return {"ttft_ms": nan, "e2e_ms": nan, "tpot_ms": nan, "kv_wait_ms": nan}
     ttft, e2e = first_token_ms - arrival_ms, finish_ms - arrival_ms
     tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else nan
-    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot}
+    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "kv_wait_ms": first_token_ms - prefill_end_ms}
 
 
 def to_frame(rows: list[dict]) -> pd.DataFrame:

@@ -18,7 +18,7 @@ def row(i, arrival, ttft, e2e, out=11, failed=False, relay=0, wan=0):
         "schedule_lag_ms": 0.0, "kv_wait_ms": 1.0, "wan_kv_ms": math.nan, "relay_tokens": relay, "main_tokens": out - relay,
         "handoff_ms": math.nan, "handoff_stall_ms": math.nan, "relay_busy_ms": 0.0,
         "rdma_kv_bytes": 10, "wan_kv_bytes": wan, "wan_token_id_bytes": 0, "wan_kv_bytes_saved": 0,
-        "transfer_aborted": False, "singular_flow": False, "failed": failed,
+        "transfer_aborted": False, "transfer_abort_reason": "", "singular_flow": False, "failed": failed,
         "failure_reason": "timeout" if failed else "",
     }
 

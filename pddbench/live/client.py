@@ -191,37 +191,40 @@ def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
     finish = times_ms[-1] if times_ms else nan
     gaps = [b - a for a, b in zip(times_ms, times_ms[1:])]
     produced = len(times_ms)
+    router = _router_fields(o.server, gaps, arrival) if "pipeline" in o.server else {}
+    prefill_end = router.get("prefill_end_ms", nan)
     row = {
         "request_id": req.request_id, "session_id": req.session_id, "turn": req.turn,
         "arrival_ms": arrival, "input_tokens": len(req.prompt), "output_tokens": produced if failed else max(produced, 1),
         "p_cached_tokens": o.cached_tokens, "decode_cached_tokens": 0, "pipeline": pipeline, "handoff_mode": "none",
         "prefill_start_ms": nan, "prefill_end_ms": nan,
         "first_token_ms": nan if failed else first, "finish_ms": nan if failed else finish,
-        **derive_latencies(arrival, first, finish, produced, failed),
+        **derive_latencies(arrival, first, finish, produced, failed, prefill_end),
         "max_itl_ms": max(gaps) if gaps else 0.0,
-        "schedule_lag_ms": (o.send_s - req.intended_s) * 1000, "kv_wait_ms": nan, "wan_kv_ms": nan,
+        "schedule_lag_ms": (o.send_s - req.intended_s) * 1000, "wan_kv_ms": nan,
         "relay_tokens": 0, "main_tokens": produced, "handoff_ms": nan, "handoff_stall_ms": nan, "relay_busy_ms": 0.0,
         "rdma_kv_bytes": 0, "wan_kv_bytes": 0, "wan_token_id_bytes": 0, "wan_kv_bytes_saved": 0,
-        "transfer_aborted": False, "singular_flow": False, "failed": failed,
+        "transfer_aborted": False, "transfer_abort_reason": "", "singular_flow": False, "failed": failed,
         "failure_reason": o.failure or ("no_tokens" if failed else ""),
     }
-    if "pipeline" in o.server:
-        row.update(_router_fields(o.server, gaps, arrival))
+    row.update(router)
     return row
 
 
 _ROUTER_FIELDS = ("pipeline", "handoff_mode", "relay_tokens", "main_tokens", "decode_cached_tokens", "wan_kv_ms",
                   "handoff_ms", "relay_busy_ms", "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes",
-                  "wan_kv_bytes_saved", "transfer_aborted", "singular_flow")
+                  "wan_kv_bytes_saved", "transfer_aborted", "transfer_abort_reason", "singular_flow")
 
 
 def _router_fields(pdd: dict, gaps: list[float], arrival_ms: float) -> dict:
     """The PDD router's per-request account (its last chunk) as record fields. The stall is
-    measured here, where the user is: the largest gap from the last relay token onwards."""
+    measured here, where the user is: the one gap at the switch, the relay's last token (index
+    relay_tokens - 1) -> MD's first (index relay_tokens)."""
     row = {k: (math.nan if pdd.get(k) is None else pdd[k]) for k in _ROUTER_FIELDS if k in pdd}
+    row["transfer_abort_reason"] = str(pdd.get("transfer_abort_reason") or "")
     relay = int(pdd.get("relay_tokens") or 0)
     if pdd.get("handoff_mode") in ("one_shot", "catch_up") and pdd.get("main_tokens") and 0 < relay <= len(gaps):
-        row["handoff_stall_ms"] = max(gaps[relay - 1:])
+        row["handoff_stall_ms"] = gaps[relay - 1]
     if pdd.get("prefill_ms") is not None:
         row["prefill_end_ms"] = arrival_ms + pdd["prefill_ms"]
     return row

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pddbench.metrics.percentiles import distribution
+from pddbench.records import ABORT_REASONS
 
 SCHEMA_VERSION = 1
 
@@ -38,6 +39,13 @@ def run_duration_s(df: pd.DataFrame) -> float:
     return max(0.0, float(end - df["arrival_ms"].min()) / 1000.0)
 
 
+def _by_reason(counts: pd.Series) -> dict[str, int]:
+    """Every known abort reason (0 when absent), plus any other reason the records carry."""
+    out = {r: 0 for r in ABORT_REASONS}
+    out.update({str(k): int(v) for k, v in counts.items()})
+    return out
+
+
 def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot_ms: float,
               sla_percentile_q: float, cost_per_hour: float | None = None) -> dict:
     ok = df[~df["failed"]]
@@ -47,6 +55,9 @@ def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot
     relay = int(ok["relay_tokens"].sum())
     input_tokens = int(df["input_tokens"].sum())
     reasons = df.loc[df["failed"], "failure_reason"].value_counts().to_dict()
+    aborted = df[df["transfer_aborted"]]
+    by_reason = aborted.groupby(aborted["transfer_abort_reason"].astype(str))
+    abort_n, abort_saved = by_reason.size(), by_reason["wan_kv_bytes_saved"].sum()
     return {
         "schema_version": SCHEMA_VERSION,
         "deployment": deployment,
@@ -74,6 +85,9 @@ def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot
         "wan_token_id_bytes": int(df["wan_token_id_bytes"].sum()),
         "wan_kv_bytes_saved": int(df["wan_kv_bytes_saved"].sum()),
         "aborted_transfers": int(df["transfer_aborted"].sum()),
+        # the totals split by cause ("" = an abort whose cause the runtime did not report)
+        "aborted_transfers_by_reason": _by_reason(abort_n),
+        "wan_kv_bytes_saved_by_reason": _by_reason(abort_saved),
         "singular_flows": int(df["singular_flow"].sum()),
         "relay_tokens": relay,
         "relay_token_share": round(relay / out_tokens, 6) if out_tokens else 0.0,

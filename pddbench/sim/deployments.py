@@ -54,7 +54,6 @@ class PD(Deployment):
             self.c.rdma[p_index].send(nbytes, self._kv_arrived, req, d, False)
 
     def _kv_arrived(self, req: SimRequest, d: DecodeInstance, over_wan: bool) -> None:
-        req.kv_ready_ms = self.loop.now
         if over_wan:
             req.wan_kv_ms = self.loop.now - req.prefill_end_ms
         job = DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(d))
@@ -88,6 +87,7 @@ class PDD(Deployment):
             req.decode_cached_tokens = 0
         elif singular:
             req.singular_flow = req.transfer_aborted = True
+            req.transfer_abort_reason = "singular_flow"
             req.wan_kv_bytes_saved = wan_bytes
             req.decode_cached_tokens = 0
         else:
@@ -97,7 +97,6 @@ class PDD(Deployment):
 
     # -- P -> MD --------------------------------------------------------------------------------
     def _md_kv_only(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
-        req.kv_ready_ms = self.loop.now
         req.wan_kv_ms = self.loop.now - sent_ms
         _submit(md, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(md)))
 
@@ -106,7 +105,6 @@ class PDD(Deployment):
         req = st.req
         if req.done or st.skip_relay:
             return
-        req.kv_ready_ms = self.loop.now
         req.relay_start_ms = self.loop.now
         st.job = DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, self._relay_finished(st))
         _submit(st.rld, st.job)
@@ -126,6 +124,7 @@ class PDD(Deployment):
                 saved = int(self.c.wan.cancel(st.wan_tr))
                 if saved > 0 or not st.wan_tr.done:
                     req.transfer_aborted = True
+                    req.transfer_abort_reason = "relay_finish"
                     req.wan_kv_bytes_saved = saved
                     req.wan_kv_bytes -= saved
         return done

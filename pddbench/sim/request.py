@@ -13,10 +13,10 @@ class SimRequest:
     __slots__ = (
         "request_id", "session_id", "turn", "arrival_ms", "input_tokens", "output_tokens", "hash_ids",
         "p_cached_tokens", "decode_cached_tokens", "pipeline", "handoff_mode", "prefill_start_ms",
-        "prefill_end_ms", "first_token_ms", "finish_ms", "max_itl_ms", "kv_ready_ms", "wan_kv_ms",
+        "prefill_end_ms", "first_token_ms", "finish_ms", "max_itl_ms", "wan_kv_ms",
         "relay_tokens", "handoff_start_ms", "handoff_stall_ms", "relay_start_ms", "relay_end_ms",
         "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes", "wan_kv_bytes_saved",
-        "transfer_aborted", "singular_flow", "failure_reason", "done", "md_first_ms",
+        "transfer_aborted", "transfer_abort_reason", "singular_flow", "failure_reason", "done", "md_first_ms",
     )
 
     def __init__(self, request_id: int, arrival_ms: float, input_tokens: int, output_tokens: int,
@@ -29,12 +29,13 @@ class SimRequest:
         self.pipeline, self.handoff_mode = "p_d", "none"
         self.prefill_start_ms = self.prefill_end_ms = self.first_token_ms = self.finish_ms = -1.0
         self.max_itl_ms = 0.0
-        self.kv_ready_ms = self.wan_kv_ms = NAN
+        self.wan_kv_ms = NAN
         self.relay_tokens = 0
         self.handoff_start_ms = self.handoff_stall_ms = self.md_first_ms = NAN
         self.relay_start_ms = self.relay_end_ms = NAN
         self.rdma_kv_bytes = self.wan_kv_bytes = self.wan_token_id_bytes = self.wan_kv_bytes_saved = 0
         self.transfer_aborted = self.singular_flow = False
+        self.transfer_abort_reason = ""
         self.failure_reason = ""
         self.done = False
 
@@ -44,7 +45,8 @@ class SimRequest:
 
     def record(self) -> dict:
         failed = not self.done or bool(self.failure_reason)
-        lat = derive_latencies(self.arrival_ms, self.first_token_ms, self.finish_ms, self.output_tokens, failed)
+        lat = derive_latencies(self.arrival_ms, self.first_token_ms, self.finish_ms, self.output_tokens, failed,
+                               self.prefill_end_ms if self.prefill_end_ms >= 0 else NAN)
         relay_busy = (self.relay_end_ms - self.relay_start_ms) if not math.isnan(self.relay_start_ms) else 0.0
         handoff_ms = self.md_first_ms - self.handoff_start_ms
         return {
@@ -58,12 +60,12 @@ class SimRequest:
             **lat,
             "max_itl_ms": max(self.max_itl_ms, 0 if math.isnan(self.handoff_stall_ms) else self.handoff_stall_ms),
             "schedule_lag_ms": 0.0,
-            "kv_wait_ms": self.kv_ready_ms - self.prefill_end_ms if self.prefill_end_ms >= 0 else NAN,
             "wan_kv_ms": self.wan_kv_ms,
             "relay_tokens": self.relay_tokens, "main_tokens": self.output_tokens - self.relay_tokens,
             "handoff_ms": handoff_ms, "handoff_stall_ms": self.handoff_stall_ms, "relay_busy_ms": relay_busy,
             "rdma_kv_bytes": self.rdma_kv_bytes, "wan_kv_bytes": self.wan_kv_bytes,
             "wan_token_id_bytes": self.wan_token_id_bytes, "wan_kv_bytes_saved": self.wan_kv_bytes_saved,
-            "transfer_aborted": self.transfer_aborted, "singular_flow": self.singular_flow,
+            "transfer_aborted": self.transfer_aborted, "transfer_abort_reason": self.transfer_abort_reason,
+            "singular_flow": self.singular_flow,
             "failed": failed, "failure_reason": self.failure_reason or ("unfinished" if failed else ""),
         }
