@@ -13,7 +13,7 @@ MOONCAKE = REPO / "traces" / "mooncake" / "synthetic_trace.jsonl"
 
 
 def test_pdd_on_mooncake_trace(benchmark):
-    sc = load_scenario(REPO / "scenarios" / "paper" / "pdd.yaml", [f"workload.trace={MOONCAKE}"])
+    sc = load_scenario(REPO / "scenarios" / "paper" / "pdd.yaml", [f"workload.trace={MOONCAKE}", "workload.source=trace"])
     reqs = load_trace(MOONCAKE)
     _, s = benchmark(lambda: simulate_summary(sc, reqs=reqs))
     assert s["requests_completed"] == 3993

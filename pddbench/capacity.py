@@ -10,7 +10,7 @@ from typing import Callable
 
 from pddbench.runner import simulate_summary
 from pddbench.scenario import Scenario
-from pddbench.sim.run import workload_requests
+from pddbench.workload.source import workload_requests
 
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None) -> dict:

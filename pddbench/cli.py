@@ -117,7 +117,7 @@ def run_cmd(
     """Run a scenario: the simulator, or real vLLM engines for `runtime: live` (scenarios/live/).
     Writes scenario.yaml, records.parquet, summary.json, figures, run.log (live: also engine logs).
 
-    --set workload.trace=PATH replays any Mooncake-format trace."""
+    --set workload.source=trace --set workload.trace=PATH replays any Mooncake-format trace."""
     from pddbench.report.tables import print_summary
     from pddbench.runner import run_scenario
 
@@ -184,7 +184,7 @@ def sim_speed_cmd(
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
-    sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.trace=null", *set_])
+    sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.source=synth", *set_])
     _, s = simulate_summary(sc, show_progress=True)
     rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
     print(json.dumps({"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],

@@ -9,6 +9,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pddbench.errors import UserError
 from pddbench.io import claim_out_folder, new_run_dir, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.records import write_records
@@ -53,6 +54,9 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
 
 def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path | None = None) -> Path:
     sc = load_scenario(path, overrides)
+    if sc.deployment is None:
+        raise UserError(f"{path}: the scenario has no deployment; add deployment.kind "
+                        "(colocated | same_dc_pd | cross_dc_pd | pdd) and, to simulate, its pools")
     run_dir = prepare_run_dir(sc, results_root, out)
     write_text(run_dir / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     if sc.runtime == "live":

@@ -14,8 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
-from pddbench.live.deploy import LiveConfig
-from pddbench.sim.latency import LatencyConfig
+from pddbench.runtime_config import LatencyConfig, LiveConfig
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
@@ -24,13 +23,39 @@ class _Strict(BaseModel):
     model_config = {"extra": "forbid"}
 
 
+WorkloadSource = Literal["trace", "synth", "fixed"]
+
+
 class Workload(_Strict):
-    trace: str | None = Field(None, description="Mooncake JSONL trace; when unset, `synth` generates one")
-    synth: SynthConfig = Field(default_factory=SynthConfig)
-    fixed: FixedConfig | None = Field(None, description="a fixed-shape workload instead of `synth` (when no trace)")
+    source: WorkloadSource | None = Field(
+        None, description="where requests come from; may be left out when exactly one of trace/synth/fixed is given")
+    trace: str | None = Field(None, min_length=1, description="Mooncake JSONL trace (source: trace)")
+    synth: SynthConfig = Field(default_factory=SynthConfig, description="the agentic generator (source: synth)")
+    fixed: FixedConfig | None = Field(None, description="a fixed-shape workload (source: fixed)")
     block_size: int = Field(512, ge=1)
     rate_scale: float = Field(1.0, gt=0, description="arrival rate multiplier (timestamps divided by it)")
     max_requests: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Workload":
+        given = self._given()
+        if self.source is None and len(given) > 1:
+            raise ValueError(f"the workload gives {' and '.join(given)}: say which to use with workload.source "
+                             f"({' | '.join(given)})")
+        if self.source in ("trace", "fixed") and getattr(self, self.source) is None:
+            raise ValueError(f"workload.source is '{self.source}' but workload.{self.source} is not set")
+        return self
+
+    def _given(self) -> list[str]:
+        return [name for name in ("trace", "synth", "fixed")
+                if (getattr(self, name) is not None if name != "synth" else "synth" in self.model_fields_set)]
+
+    def resolved_source(self) -> WorkloadSource:
+        """The stated source, else the one block given; the generator when none is."""
+        if self.source is not None:
+            return self.source
+        given = self._given()
+        return given[0] if given else "synth"  # type: ignore[return-value]
 
 
 class Sla(_Strict):
@@ -71,22 +96,28 @@ class Pool(_Strict):
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
 
 
+DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"]
+ROLES_OF_KIND: dict[str, tuple[str, ...]] = {  # pools a simulated deployment of each kind needs
+    "same_dc_pd": ("prefill", "decode"),
+    "cross_dc_pd": ("prefill", "decode"),
+    "pdd": ("prefill", "relay", "main"),
+}
+
+
 class Deployment(_Strict):
-    kind: Literal["same_dc_pd", "cross_dc_pd", "pdd"]
-    prefill: Pool
+    """The deployment, stated once for both runtimes. The simulator needs the pools of its kind;
+    a live run needs only the kind and reads the pools' settings where given (e.g. the relay's
+    max_batch_seqs is the PDD router's relay capacity)."""
+    kind: DeploymentKind
+    prefill: Pool | None = Field(None, description="P pool")
     decode: Pool | None = Field(None, description="D pool of the PD baselines")
     relay: Pool | None = Field(None, description="RLD pool (pdd)")
     main: Pool | None = Field(None, description="MD pool (pdd)")
     kv_block_tokens: int = Field(1, ge=1, description="tokens per engine KV block: a transfer moves whole blocks "
                                  "(vLLM: 16 on GPU, 128 on CPU); 1 = exactly the tokens' bytes")
 
-    @model_validator(mode="after")
-    def _roles(self) -> "Deployment":
-        if self.kind in ("same_dc_pd", "cross_dc_pd") and self.decode is None:
-            raise ValueError(f"deployment kind {self.kind} needs a 'decode' pool")
-        if self.kind == "pdd" and (self.relay is None or self.main is None):
-            raise ValueError("deployment kind pdd needs 'relay' and 'main' pools")
-        return self
+    def pools(self) -> dict[str, Pool]:
+        return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
 
 
 class Network(_Strict):
@@ -136,12 +167,20 @@ class Scenario(_Strict):
     live: LiveConfig = Field(default_factory=LiveConfig, description="runtime: live settings")
 
     @model_validator(mode="after")
-    def _chips_known(self) -> "Scenario":
-        if self.deployment is not None:
-            for role in ("prefill", "decode", "relay", "main"):
-                pool = getattr(self.deployment, role)
-                if pool is not None and pool.chip not in self.chips:
-                    raise ValueError(f"deployment.{role}.chip '{pool.chip}' is not among chips {sorted(self.chips)}")
+    def _runnable(self) -> "Scenario":
+        d = self.deployment
+        if d is None or self.runtime == "live":
+            return self  # live engines are placed by the live runtime; pools only tune it
+        if d.kind not in ROLES_OF_KIND:
+            raise ValueError(f"deployment kind {d.kind} runs live only (runtime: live)")
+        for role in ROLES_OF_KIND[d.kind]:
+            if getattr(d, role) is None:
+                raise ValueError(f"deployment kind {d.kind} needs a '{role}' pool")
+        for role, pool in d.pools().items():
+            if pool.chip not in self.chips:
+                raise ValueError(f"deployment.{role}.chip '{pool.chip}' is not among chips {sorted(self.chips)}")
+        if self.model is None:
+            raise ValueError("a simulated scenario needs a model")
         return self
 
 
@@ -251,5 +290,5 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "LinkProfile")))
         field = ".".join(map(str, loc))
         via_set = any(o.split("=", 1)[0] == field for o in overrides or [])
-        msg = err["msg"] + (" (from --set)" if via_set else "")
+        msg = err["msg"].removeprefix("Value error, ") + (" (from --set)" if via_set else "")
         raise InputError(str(path), msg, line=_yaml_line(text, loc), field=field) from None

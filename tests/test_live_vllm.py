@@ -88,7 +88,7 @@ def test_cross_dc_pd_ttft_follows_wan_delay_and_bandwidth(tiny, tmp_path):
     for name, wan in settings.items():
         out = tmp_path / name
         calibrate = "true" if name == "far" else "false"  # the twin's check below needs one
-        res = run_cli("run", LIVE / "cross-dc-pd.yaml", "--set", f"live.model_dir={tiny}", "--set", fixed,
+        res = run_cli("run", LIVE / "cross-dc-pd.yaml", "--set", f"live.model_dir={tiny}", "--set", fixed, "--set", "workload.source=fixed",
                       "--set", f"network.wan={wan}", "--set", "live.concurrency=1", "--set", "live.rate_rps=null",
                       "--set", f"live.calibrate_engine={calibrate}", "--out", out, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]

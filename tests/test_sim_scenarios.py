@@ -61,7 +61,7 @@ def test_more_wan_bandwidth_never_hurts_cross_dc_ttft():
 
 
 def test_full_hit_pdd_degenerates_to_p_md():
-    rec, s = sim("pdd", "workload.fixed={requests: 200, input_tokens: 8192, output_tokens: 64, hit_rate: 1.0, rate_rps: 2}")
+    rec, s = sim("pdd", "workload.source=fixed", "workload.fixed={requests: 200, input_tokens: 8192, output_tokens: 64, hit_rate: 1.0, rate_rps: 2}")
     full = rec[rec["decode_cached_tokens"] == rec["input_tokens"]]
     assert len(full) >= 0.9 * len(rec)
     assert (full["pipeline"] == "p_md").all() and (full["relay_tokens"] == 0).all()
@@ -130,7 +130,7 @@ def test_run_refuses_to_overwrite_and_bad_scenario(tmp_path):
 
 
 def test_trace_replay_and_capacity_cli(tmp_path, mooncake_path):
-    res = run_cli("run", PAPER / "cross-dc-pd.yaml", "--set", f"workload.trace={mooncake_path}",
+    res = run_cli("run", PAPER / "cross-dc-pd.yaml", "--set", f"workload.trace={mooncake_path}", "--set", "workload.source=trace",
                   "--set", "workload.max_requests=400", "--out", tmp_path / "r")
     assert res.returncode == 0, res.stderr
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["requests_total"] == 400
@@ -151,8 +151,8 @@ def test_relay_finish_stops_or_drains_the_wan_transfer():
     """Outputs shorter than the WAN KV time: the relay finishes first. Stopping the transfer saves
     its unsent bytes; draining it (what vLLM's NixlConnector does) sends them all."""
     fixed = "workload.fixed={requests: 100, input_tokens: 16384, output_tokens: 8, hit_rate: 0.0, rate_rps: 1}"
-    stop_rec, stop = sim("pdd", fixed)
-    drain_rec, drain = sim("pdd", fixed, "policy.relay_finish_stops_wan_kv=false")
+    stop_rec, stop = sim("pdd", "workload.source=fixed", fixed)
+    drain_rec, drain = sim("pdd", "workload.source=fixed", fixed, "policy.relay_finish_stops_wan_kv=false")
     finished = stop_rec[stop_rec["handoff_mode"] == "relay_finish"]
     assert len(finished) > 50 and finished["transfer_aborted"].all() and stop["wan_kv_bytes_saved"] > 0
     assert (drain_rec["handoff_mode"] == "relay_finish").sum() == len(finished)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from pddbench.cache import PrefixCache
 from pddbench.errors import UserError
@@ -14,11 +15,13 @@ from pddbench.sim.link import Link
 from pddbench.sim.prefill import PrefillInstance
 
 
-def latency_model(sc: Scenario, pool: Pool) -> LatencyModel:
-    if sc.latency.kind == "calibrated":
-        if not sc.latency.calibration_csv:
-            raise UserError("latency.kind 'calibrated' needs latency.calibration_csv")
-        return Calibrated.fit_csv(sc.latency.calibration_csv)
+def _calibrated(sc: Scenario, _pool: Pool) -> LatencyModel:
+    if not sc.latency.calibration_csv:
+        raise UserError("latency.kind 'calibrated' needs latency.calibration_csv")
+    return Calibrated.fit_csv(sc.latency.calibration_csv)
+
+
+def _roofline(sc: Scenario, pool: Pool) -> LatencyModel:
     chip, m = sc.chips[pool.chip], sc.model
     assert m is not None
     return Roofline(
@@ -26,6 +29,13 @@ def latency_model(sc: Scenario, pool: Pool) -> LatencyModel:
         total_params=m.params_total_b * 1e9, active_params=m.params_active_b * 1e9,
         bytes_per_param=m.weight_bytes_per_param, kv_bytes_per_token=m.kv_bytes_per_token,
         layers=m.layers, hidden=m.hidden_size, cfg=sc.latency)
+
+
+LATENCY_MODELS: dict[str, Callable[[Scenario, Pool], LatencyModel]] = {"roofline": _roofline, "calibrated": _calibrated}
+
+
+def latency_model(sc: Scenario, pool: Pool) -> LatencyModel:
+    return LATENCY_MODELS[sc.latency.kind](sc, pool)
 
 
 def kv_capacity_tokens(sc: Scenario, pool: Pool, role: str) -> int:

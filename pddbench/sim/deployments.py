@@ -237,6 +237,10 @@ def _submit(inst: DecodeInstance, job: DecodeJob) -> None:
     inst.submit(job)
 
 
+# Deployment kinds the simulator runs; the schema refuses others (e.g. live-only colocated).
+DEPLOYMENTS: dict[str, type[Deployment]] = {"same_dc_pd": PD, "cross_dc_pd": PD, "pdd": PDD}
+
+
 def make_deployment(sc: Scenario, cluster: Cluster) -> Deployment:
     assert sc.deployment is not None
-    return PDD(sc, cluster) if sc.deployment.kind == "pdd" else PD(sc, cluster)
+    return DEPLOYMENTS[sc.deployment.kind](sc, cluster)

@@ -12,23 +12,12 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from pddbench.errors import InputError
-
-
-class LatencyConfig(BaseModel):
-    model_config = {"extra": "forbid"}
-    kind: Literal["roofline", "calibrated"] = "roofline"
-    compute_efficiency: float = Field(0.45, gt=0, le=1, description="achieved / peak FLOPs")
-    memory_efficiency: float = Field(0.7, gt=0, le=1, description="achieved / peak memory bandwidth")
-    prefill_overhead_ms: float = Field(4.0, ge=0, description="fixed cost per prefill step (scheduling, comms)")
-    decode_overhead_ms: float = Field(3.0, ge=0, description="fixed cost per decode step")
-    calibration_csv: str | None = Field(
-        None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms")
+from pddbench.runtime_config import LatencyConfig
 
 
 class LatencyModel(Protocol):

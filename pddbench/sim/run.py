@@ -12,20 +12,8 @@ from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.request import SimRequest
-from pddbench.workload.fixed import fixed_requests
-from pddbench.workload.synth import synthesize
-from pddbench.workload.trace import Request, load_trace
-
-
-def workload_requests(sc: Scenario) -> list[Request]:
-    w = sc.workload
-    if w.trace:
-        reqs = load_trace(w.trace, w.block_size)
-    elif w.fixed is not None:
-        reqs = fixed_requests(w.fixed, w.block_size)
-    else:
-        reqs = synthesize(w.synth.model_copy(update={"block_size": w.block_size}))
-    return reqs[: w.max_requests] if w.max_requests else reqs
+from pddbench.workload.source import workload_requests
+from pddbench.workload.trace import Request
 
 
 def _arrivals(reqs: list[Request], rate_scale: float) -> Iterator[SimRequest]:
