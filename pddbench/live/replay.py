@@ -73,7 +73,7 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
     write_records(out / "records.parquet", records)
     summary = summarize(records, deployment=pipeline, sla_ttft_ms=sla[0], sla_tpot_ms=sla[1], sla_percentile_q=sla[2])
     lag_p99 = float(records["schedule_lag_ms"].quantile(0.99)) if len(records) else 0.0
-    summary.update({"runtime": "live", "endpoint": endpoint, "schedule_lag_p99_ms": round(lag_p99, 3),
+    summary.update({"runtime": "live", "endpoint": endpoint, "seed": seed, "schedule_lag_p99_ms": round(lag_p99, 3),
                     "schedule_ok": concurrency is not None or lag_p99 <= lag_tolerance_ms})
     summary["interrupted"] = interrupted
     write_json(out / "summary.json", summary)

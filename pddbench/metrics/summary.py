@@ -39,6 +39,13 @@ def run_duration_s(df: pd.DataFrame) -> float:
     return max(0.0, float(end - df["arrival_ms"].min()) / 1000.0)
 
 
+def offered_rps(df: pd.DataFrame) -> float | None:
+    """Requests per second as offered: arrivals after the first / first -> last arrival."""
+    n = len(df)
+    span_s = float(df["arrival_ms"].max() - df["arrival_ms"].min()) / 1000 if n > 1 else 0.0
+    return round((n - 1) / span_s, 6) if span_s else None
+
+
 def _by_reason(counts: pd.Series) -> dict[str, int]:
     """Every known abort reason (0 when absent), plus any other reason the records carry."""
     out = {r: 0 for r in ABORT_REASONS}
@@ -66,6 +73,7 @@ def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot
         "requests_failed": int(df["failed"].sum()),
         "failure_reasons": {str(k): int(v) for k, v in reasons.items()},
         "duration_s": round(duration_s, 6),
+        "offered_rps": offered_rps(df),
         "throughput_rps": round(len(ok) / duration_s, 6) if duration_s else None,
         "output_tokens_per_s": round(out_tokens / duration_s, 6) if duration_s else None,
         "ttft_ms": distribution(ok["ttft_ms"]),
