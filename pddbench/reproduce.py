@@ -9,13 +9,13 @@ from pathlib import Path
 from rich.console import Console
 
 from pddbench.io import new_run_dir, write_json
+from pddbench.shipped import MOONCAKE_TRACE, SCENARIOS
 from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
 from pddbench.workload.stats import public, trace_stats
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
 from pddbench.workload.trace import load_trace, write_trace
 
-REPO = Path(__file__).resolve().parents[1]
-PAPER = REPO / "scenarios" / "paper"
+PAPER = SCENARIOS / "paper"
 console = Console(stderr=True)
 
 # What the article reported (pdd-brief.md), beside which the simulated figures are put.
@@ -29,7 +29,7 @@ ARTICLE = {
 
 
 def analyse_traces(out: Path) -> dict:
-    traces = {"mooncake-synthetic": load_trace(REPO / "traces" / "mooncake" / "synthetic_trace.jsonl")}
+    traces = {"mooncake-synthetic": load_trace(MOONCAKE_TRACE)}
     for name, hist in (("agentic-pdd-like", PDD_LIKE_HIST), ("agentic-mooncake-like", MOONCAKE_LIKE_HIST)):
         reqs = synthesize(SynthConfig(requests=4000, seed=0, target_hist=hist))
         write_trace(out / "traces" / f"{name}.jsonl", reqs)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
+from pddbench.shipped import resolve_scenario, shipped_scenario_names
 from pddbench.runtime_config import LatencyConfig, LiveConfig
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
@@ -248,7 +249,8 @@ def _deep_merge(base: dict, over: dict) -> dict:
 def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, str]:
     """A scenario mapping; `extends: other.yaml` (relative to the file) is merged underneath."""
     if not path.is_file():
-        raise InputError(str(path), "no such scenario file")
+        what = "is a directory, not a scenario file" if path.is_dir() else "no such scenario file"
+        raise InputError(str(path), f"{what} (shipped scenarios: {', '.join(shipped_scenario_names())})")
     text = path.read_text(encoding="utf-8")
     try:
         data = yaml.safe_load(text) or {}
@@ -278,7 +280,8 @@ def _resolve_beside(data: dict, section: str, key: str, scenario: Path, override
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    path = Path(path)
+    """A scenario by path, or a shipped one by name (e.g. 'paper/pdd')."""
+    path = resolve_scenario(path)
     data, text = _read_yaml(path)
     data = apply_overrides(data, overrides or [])
     for section, key in (("workload", "trace"), ("latency", "calibration_csv")):

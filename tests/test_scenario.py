@@ -69,3 +69,44 @@ deployment:
     with pytest.raises(InputError) as exc:
         load_scenario(_write(tmp_path, text))
     assert "'Z'" in str(exc.value)
+
+
+def test_workload_states_its_source(tmp_path):
+    both = BASE.replace("workload:\n", "workload:\n  fixed: {requests: 10}\n")
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, both))
+    assert "workload.source" in str(exc.value) and "synth" in str(exc.value) and "fixed" in str(exc.value)
+    sc = load_scenario(_write(tmp_path, both), ["workload.source=fixed"])
+    assert sc.workload.resolved_source() == "fixed"
+    with pytest.raises(InputError, match="workload.trace is not set"):
+        load_scenario(_write(tmp_path, BASE), ["workload.source=trace"])
+    with pytest.raises(InputError, match="workload.trace"):
+        load_scenario(_write(tmp_path, BASE), ["workload.trace=", "workload.source=trace"])
+
+
+def test_old_live_deployment_key_says_what_to_write(tmp_path):
+    text = BASE + "runtime: live\nlive:\n  deployment: pdd\n"
+    with pytest.raises(InputError, match="deployment.kind"):
+        load_scenario(_write(tmp_path, text))
+
+
+def test_live_only_kind_is_refused_by_the_simulator(tmp_path):
+    with pytest.raises(InputError, match="runs live only"):
+        load_scenario(_write(tmp_path, BASE + "deployment:\n  kind: colocated\n"))
+
+
+def test_shipped_scenario_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario("paper/pdd").deployment.kind == "pdd"
+    assert load_scenario("live/pdd.yaml").deployment.relay.max_batch_seqs == 8
+    with pytest.raises(InputError) as exc:
+        load_scenario("paper/no-such")
+    assert "paper/pdd" in str(exc.value)  # the message lists what is shipped
+
+
+def test_commands_default_to_shipped_scenarios_from_any_directory(tmp_path):
+    from tests.conftest import run_cli
+
+    res = run_cli("sim-speed", "--requests", "300", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert '"requests": 300' in res.stdout
