@@ -14,9 +14,11 @@ from aiohttp import web
 
 from pddbench.live.engines import EngineGroup, EngineSpec, vllm_available
 from pddbench.live.net import free_port
+from netem.profile import LinkProfile
 from pddbench.live.pdd_router import RouterConfig, make_app
 from pddbench.live.prompts import prompt_tokens
 from pddbench.live.sse import DONE, SSEParser
+from pddbench.scenario import Policy
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
 
@@ -61,8 +63,11 @@ def _through_router(group, cases, **overrides):
     """Each (hash ids, prompt tokens, output tokens) through a fresh router and straight to P
     (the single-instance reference); returns [(reference ids, PDD ids, pdd account)]."""
     p, rld, md = (e.spec.url for e in group.engines)
-    cfg = RouterConfig(prefill=p, relay=rld, main=md, kv_bytes_per_token=2048, block_size=128, wan_rate_gbps=1.0,
-                       wan_delay_ms=30.0, ttft_sla_ms=1.0, **{"min_relay_tokens": 5, **overrides})
+    over = {"min_relay_tokens": 5, **overrides}
+    pol = Policy(**{k: v for k, v in over.items() if k in Policy.model_fields})
+    cfg = RouterConfig(policy=pol, prefill=p, relay=rld, main=md, kv_bytes_per_token=2048, kv_block_tokens=128,
+                       relay_slots=8, wan=LinkProfile(rate_gbps=1.0, delay_ms=30.0), ttft_sla_ms=1.0,
+                       **{k: v for k, v in over.items() if k not in Policy.model_fields})
 
     async def go():
         runner = web.AppRunner(make_app(cfg))
@@ -143,6 +148,7 @@ def test_singular_flow_and_high_hit_pipelines(engines):
     _check(singular)
     s = singular[0][2]
     assert s["singular_flow"] and s["handoff_mode"] == "relay_finish" and s["wan_kv_bytes"] == 0
+    assert s["transfer_aborted"] and s["transfer_abort_reason"] == "singular_flow" and s["decode_cached_tokens"] == 0
     assert s["wan_kv_bytes_saved"] == 768 * 2048  # 700 tokens: six whole 128-token blocks
     assert after["prompt_tokens"] == before["prompt_tokens"], "MD must not see a singular flow"
     direct = _through_router(engines, [([7500, 7501, 7502], 300, 8)], relay_ttft_budget_fraction=1e9)

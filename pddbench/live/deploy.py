@@ -20,7 +20,6 @@ from pddbench.errors import UserError
 from pddbench.io import write_json
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.net import wait_port
-from pddbench.live.pdd_router import RouterConfig
 from pddbench.live.tiny_model import kv_bytes_per_token
 from pddbench.metrics.summary import summarize
 from pddbench.records import read_records
@@ -50,7 +49,6 @@ class LiveConfig(BaseModel):
 
 CROSS_DC = ("cross_dc_pd", "pdd")
 CALIBRATED = ("colocated", "same_dc_pd", "cross_dc_pd")  # one P, one D: what the calibration measures
-ENGINE_BLOCK_TOKENS = 128  # vLLM CPU's KV block: the granularity of its prefix cache
 
 def start_front(module: str, args: list[str], host: str, port: int, netns: str | None, log: Path) -> subprocess.Popen:
     """The request front (PD proxy or PDD router) as its own process, in dc-a when there is one."""
@@ -115,21 +113,20 @@ def pdd_specs(model_dir: str, port: int) -> list[EngineSpec]:
                        kv_role="kv_consumer", side_channel_port=port + 103)]
 
 
-def router_config(sc, specs: list[EngineSpec], model_dir: str) -> RouterConfig:
-    """The router's settings from the scenario: the same policy block the simulator reads."""
-    wan = sc.network.wan_profile()
-    rate = wan.rate_gbps / wan.rate_scale if wan.rate_gbps else None
-    pol = sc.policy
+def router_config(sc, specs: list[EngineSpec], kv_bytes: int) -> RouterConfig:
+    """The router's settings from the scenario: its policy block as is (the simulator reads the
+    same), the relay's batch limit and the engines' KV block from its deployment, where stated,
+    else the schema's defaults."""
+    from pddbench.live.router.config import RouterConfig  # lazily: it imports the schema, which may import this module
+    from pddbench.scenario import Deployment, Pool
+
+    d = sc.deployment
+    relay = d.relay if d is not None else None
     return RouterConfig(
-        prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_bytes_per_token(model_dir),
-        block_size=ENGINE_BLOCK_TOKENS, wan_rate_gbps=rate, wan_delay_ms=wan.delay_ms, wan_sharing=wan.sharing,
-        ttft_sla_ms=sc.sla.ttft_ms,
-        handoff_mode=pol.handoff_mode, catch_up_threshold_tokens=pol.catch_up_threshold_tokens,
-        catch_up_batch_tokens=pol.catch_up_batch_tokens, catch_up_max_rounds=pol.catch_up_max_rounds,
-        relay_busy_fraction=pol.relay_busy_fraction, relay_ttft_budget_fraction=pol.relay_ttft_budget_fraction,
-        singular_filter=pol.singular_filter, singular_min_input_tokens=pol.singular_min_input_tokens,
-        singular_max_output_tokens=pol.singular_max_output_tokens, relay_only_pipeline=pol.relay_only_pipeline,
-        relay_finish_stops_wan_kv=pol.relay_finish_stops_wan_kv, min_relay_tokens=sc.live.min_relay_tokens)
+        policy=sc.policy, prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_bytes,
+        kv_block_tokens=d.kv_block_tokens if d is not None else Deployment.model_fields["kv_block_tokens"].default,
+        relay_slots=relay.max_batch_seqs if relay is not None else Pool.model_fields["max_batch_seqs"].default,
+        wan=sc.network.wan_profile(), ttft_sla_ms=sc.sla.ttft_ms, min_relay_tokens=sc.live.min_relay_tokens)
 
 
 def cross_dc_specs(model_dir: str, port: int) -> list[EngineSpec]:
@@ -183,9 +180,9 @@ def run_live(sc, run_dir: Path) -> dict:
             if kind == "colocated":
                 endpoint = specs[0].url
             elif kind == "pdd":
-                rcfg = router_config(sc, specs, model_dir)
-                write_json(run_dir / "router.json", rcfg.__dict__)
-                proxy = start_front("pddbench.live.pdd_router", ["--config", json.dumps(rcfg.__dict__),
+                rcfg = router_config(sc, specs, kv_bytes_per_token(model_dir))
+                write_json(run_dir / "router.json", rcfg.model_dump(mode="json"))
+                proxy = start_front("pddbench.live.pdd_router", ["--config", rcfg.model_dump_json(),
                                                                  "--warm-up-model", "tiny"],
                                     host, port, netns, logs / "router.log")
             else:
@@ -214,8 +211,8 @@ def run_live(sc, run_dir: Path) -> dict:
     records = read_records(run_dir / "records.parquet")
     summary = summarize(records, deployment=kind, sla_ttft_ms=sc.sla.ttft_ms, sla_tpot_ms=sc.sla.tpot_ms,
                         sla_percentile_q=sc.sla.percentile)
-    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
-    summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
+    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok")})
+    summary.update({"scenario": sc.name, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
                     "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role}

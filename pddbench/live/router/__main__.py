@@ -1,0 +1,3 @@
+from pddbench.live.router.app import main
+
+main()
