@@ -211,8 +211,8 @@ def run_live(sc, run_dir: Path) -> dict:
     records = read_records(run_dir / "records.parquet")
     summary = summarize(records, deployment=kind, sla_ttft_ms=sc.sla.ttft_ms, sla_tpot_ms=sc.sla.tpot_ms,
                         sla_percentile_q=sc.sla.percentile)
-    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok")})
-    summary.update({"scenario": sc.name, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
+    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
+    summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
                     "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role}
