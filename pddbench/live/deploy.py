@@ -20,9 +20,11 @@ from pddbench.errors import UserError
 from pddbench.io import write_json
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.net import wait_port
+from pddbench.live.router.config import RouterConfig
 from pddbench.live.tiny_model import kv_bytes_per_token
 from pddbench.metrics.summary import summarize
 from pddbench.records import read_records
+from pddbench.scenario import Deployment, Pool
 from pddbench.workload.trace import write_trace
 
 
@@ -117,9 +119,6 @@ def router_config(sc, specs: list[EngineSpec], kv_bytes: int) -> RouterConfig:
     """The router's settings from the scenario: its policy block as is (the simulator reads the
     same), the relay's batch limit and the engines' KV block from its deployment, where stated,
     else the schema's defaults."""
-    from pddbench.live.router.config import RouterConfig  # lazily: it imports the schema, which may import this module
-    from pddbench.scenario import Deployment, Pool
-
     d = sc.deployment
     relay = d.relay if d is not None else None
     return RouterConfig(
