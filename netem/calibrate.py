@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from netem.link_model import effective_delay_ms, effective_rate_gbps
 from netem.manager import STATE_DIR, NetemError, status
 from netem.profile import LinkProfile
 
@@ -97,15 +98,13 @@ def _dist(values: list[float]) -> dict:
 
 def targets(profile: LinkProfile) -> dict:
     def one_way(direction: str) -> tuple[float, float]:
-        over = getattr(profile, direction)
-        delay = over.delay_ms if over.delay_ms is not None else profile.delay_ms
-        j = over.jitter or profile.jitter
-        return delay, (j.sd_ms if j.distribution in ("normal",) else 0.0)
+        j = getattr(profile, direction).jitter or profile.jitter
+        return effective_delay_ms(profile, direction=direction), (j.sd_ms if j.distribution in ("normal",) else 0.0)
 
     (fd, fs), (rd, rs) = one_way("forward"), one_way("reverse")
-    rate = profile.forward.rate_gbps or profile.rate_gbps
+    rate = effective_rate_gbps(profile, emulated=True)  # the bulk probe goes dc-a -> dc-b
     return {"rtt_ms": fd + rd, "rtt_sd_ms": math.sqrt(fs ** 2 + rs ** 2),
-            "throughput_mbps": rate / profile.rate_scale * 1000 if rate else None,
+            "throughput_mbps": rate * 1000 if rate else None,
             "lateness_tolerance_ms": profile.lateness_tolerance_ms}
 
 

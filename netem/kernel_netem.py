@@ -12,6 +12,7 @@ import socket
 import statistics
 import struct
 
+from netem.link_model import effective_delay_ms, effective_rate_gbps
 from netem.profile import Jitter, LinkProfile
 
 RTM_NEWQDISC = 36
@@ -59,8 +60,8 @@ def distribution_table(j: Jitter) -> list[int] | None:
 
 def netem_options(profile: LinkProfile, direction: str = "forward") -> bytes:
     over = getattr(profile, direction)
-    delay_ms = over.delay_ms if over.delay_ms is not None else profile.delay_ms
-    rate = over.rate_gbps or profile.rate_gbps
+    delay_ms = effective_delay_ms(profile, direction=direction)
+    rate = effective_rate_gbps(profile, direction=direction, emulated=True)
     loss = over.loss or profile.loss
     jit = over.jitter or profile.jitter
     jitter_ms = jit.sd_ms if jit.distribution != "empirical" else (jit.sd_ms or 1.0)
@@ -76,7 +77,7 @@ def netem_options(profile: LinkProfile, direction: str = "forward") -> bytes:
         ge = struct.pack("=IIII", _prob(loss.p), _prob(loss.r), _prob(1 - loss.loss_bad), _prob(loss.loss_good))
         attrs += _attr(TCA_NETEM_LOSS, _attr(NETEM_LOSS_GE, ge))
     if rate is not None:
-        attrs += _attr(TCA_NETEM_RATE64, struct.pack("=Q", int(rate / profile.rate_scale * 1e9 / 8)))
+        attrs += _attr(TCA_NETEM_RATE64, struct.pack("=Q", int(rate * 1e9 / 8)))
     attrs += _attr(TCA_NETEM_PRNG_SEED, struct.pack("=Q", profile.seed & 0xFFFFFFFFFFFFFFFF))
     return qopt + attrs
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from netem.link_model import effective_rate_gbps
 from netem.profile import LinkProfile
 from netem.topology import Topology, create, destroy_namespaces, ns_exec, our_namespaces, read_tcp_settings
 
@@ -82,8 +83,7 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.
         # socket (TCP Small Queues) and throttle the flow to a few packets per delay.
         for sender, receiver, direction in ((topo.host("a"), topo.host("b"), "forward"),
                                             (topo.host("b"), topo.host("a"), "reverse")):
-            over = getattr(profile, direction)
-            rate = over.rate_gbps or profile.rate_gbps
+            rate = effective_rate_gbps(profile, direction=direction, emulated=True)
             if chosen == "kernel-netem":
                 from netem.kernel_netem import apply_netem
 
@@ -93,7 +93,7 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.
             if rate is not None:
                 from netem.shaping import apply_rate
 
-                shaping[direction] = apply_rate(sender.netns, sender.ifname, rate / profile.rate_scale)
+                shaping[direction] = apply_rate(sender.netns, sender.ifname, rate)
             ns_exec(receiver.netns, "iptables", "-t", "mangle", "-A", "PREROUTING", "-i", receiver.ifname,
                     "-m", "comment", "--comment", RULE_COMMENT, "-j", "NFQUEUE", "--queue-num", str(QUEUE))
             proc = subprocess.Popen(_delay_line_cmd(receiver.netns, direction), stdin=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from pddbench.errors import InputError
+from netem.errors import InputError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -79,10 +79,6 @@ class LinkProfile(BaseModel):
         if self.jitter.distribution == "empirical" and not self.jitter.samples_ms:
             raise ValueError("jitter.distribution 'empirical' needs jitter.samples_ms")
         return self
-
-    @property
-    def rate_bytes_per_ms(self) -> float | None:
-        return None if self.rate_gbps is None else self.rate_gbps * 1e9 / 8 / 1000
 
 
 def load_profile(ref: str | Path) -> LinkProfile:

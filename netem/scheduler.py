@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from netem.link_model import effective_delay_ms
 from netem.profile import LinkProfile
 from netem.sampling import JitterSampler, LossModel, OutageSchedule
 
@@ -18,7 +19,7 @@ class DelayScheduler:
         if direction not in ("forward", "reverse"):
             raise ValueError("direction must be 'forward' or 'reverse'")
         over = getattr(profile, direction)
-        self.delay_ms = over.delay_ms if over.delay_ms is not None else profile.delay_ms
+        self.delay_ms = effective_delay_ms(profile, direction=direction)
         seed = f"{profile.seed}:{direction}"
         jitter = over.jitter or profile.jitter
         self.jitter = JitterSampler(jitter, random.Random(seed + ":jitter"))

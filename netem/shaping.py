@@ -3,11 +3,13 @@ bytes/s), HTB above. burst >= max(128 KiB, rate x 1 ms), as measured to keep goo
 
 from __future__ import annotations
 
+from netem.link_model import bytes_per_ms
+
 TBF_MAX_GBPS = 32.0
 
 
 def burst_bytes(rate_gbps: float) -> int:
-    return max(131072, int(rate_gbps * 1e9 / 8 / 1000))
+    return max(131072, int(bytes_per_ms(rate_gbps)))
 
 
 def apply_rate(netns: str, ifname: str, rate_gbps: float, queue_ms: float = 100.0) -> str:

@@ -1,19 +1,10 @@
-"""User-facing errors: the CLI prints them as one clear line and exits 2, no traceback."""
+"""User-facing errors: the CLI prints them as one clear line and exits 2, no traceback.
+
+They are netem's classes (netem loads link profiles and must not import pddbench), so an error
+raised by either package is caught as the same UserError / InputError."""
 
 from __future__ import annotations
 
+from netem.errors import InputError, UserError
 
-class UserError(Exception):
-    """Bad input or a request the tool cannot honour; the message tells the user what to do."""
-
-    exit_code = 2
-
-
-class InputError(UserError):
-    """Bad content in an input file, located by file, line and field."""
-
-    def __init__(self, path: str, message: str, line: int | None = None, field: str | None = None):
-        self.path, self.line, self.field = str(path), line, field
-        where = self.path + (f":{line}" if line is not None else "")
-        what = f" field '{field}':" if field else ""
-        super().__init__(f"{where}:{what} {message}")
+__all__ = ["InputError", "UserError"]

@@ -19,6 +19,7 @@ import random
 from collections import deque
 from typing import Any, Callable
 
+from netem.link_model import bytes_per_ms, effective_delay_ms, effective_rate_gbps, predict_transfer_ms
 from netem.profile import LinkProfile
 from netem.sampling import JitterSampler, OutageSchedule
 from pddbench.sim.engine import EventLoop
@@ -38,9 +39,9 @@ class Transfer:
 class Link:
     def __init__(self, loop: EventLoop, profile: LinkProfile, name: str, lines: int = 1):
         self.loop, self.profile, self.name = loop, profile, name
-        rate = profile.forward.rate_gbps or profile.rate_gbps
-        self.rate_bytes_per_ms = None if rate is None else rate * lines * 1e9 / 8 / 1e3
-        self.delay_ms = profile.forward.delay_ms if profile.forward.delay_ms is not None else profile.delay_ms
+        self.rate_gbps = effective_rate_gbps(profile, lines=lines)  # the real line: no rate_scale
+        self.rate_bytes_per_ms = None if self.rate_gbps is None else bytes_per_ms(self.rate_gbps)
+        self.delay_ms = effective_delay_ms(profile)
         self._jitter = JitterSampler(profile.jitter, random.Random(f"{profile.seed}:{name}"))
         self._schedule = OutageSchedule(profile.outages, random.Random(f"{profile.seed}:{name}:outages"))
         self._replay = itertools.cycle(profile.transfer_latency_ms) if profile.transfer_latency_ms else None
@@ -184,11 +185,11 @@ class Link:
         """What a transfer of nbytes started now would take if nothing else changes."""
         if self._replay is not None:
             return float(self.profile.transfer_latency_ms[0])
-        if self.rate_bytes_per_ms is None:
-            return self.delay_ms
-        if self.fifo:  # behind everything already sent
+        backlog_ms = 0.0
+        if self.fifo and self.rate_bytes_per_ms is not None:  # behind everything already sent
             self._advance()
             backlog = sum(max(0.0, t.target - self.service) for _, _, t in self._heap if not t.cancelled)
             backlog += sum(t.nbytes for t in self._waiting if not t.cancelled)
-            return (backlog + nbytes) / self.rate_bytes_per_ms + self.delay_ms
-        return nbytes * (self.active + 1) / self.rate_bytes_per_ms + self.delay_ms
+            backlog_ms = backlog / self.rate_bytes_per_ms
+        return predict_transfer_ms(nbytes, rate_gbps=self.rate_gbps, delay_ms=self.delay_ms,
+                                   sharing=self.profile.sharing, in_flight=self.active, backlog_ms=backlog_ms)
