@@ -23,12 +23,18 @@ DEFAULT_TCP = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Host:
     dc: str            # "a", "b", ...
     netns: str         # pddb-dc-a
     ifname: str        # veth inside the namespace
     address: str       # 10.77.0.1
+
+
+# The two datacenters: the one place their namespace names and addresses are written. The WAN's
+# forward direction is DC_A -> DC_B; live deployments put P (and RLD) in DC_A, D / MD in DC_B.
+DC_A = Host("a", f"{PREFIX}dc-a", f"{PREFIX}a0", "10.77.0.1")
+DC_B = Host("b", f"{PREFIX}dc-b", f"{PREFIX}b0", "10.77.0.2")
 
 
 @dataclass
@@ -39,8 +45,7 @@ class Topology:
 
     @classmethod
     def two_dc(cls) -> "Topology":
-        return cls([Host("a", f"{PREFIX}dc-a", f"{PREFIX}a0", "10.77.0.1"),
-                    Host("b", f"{PREFIX}dc-b", f"{PREFIX}b0", "10.77.0.2")])
+        return cls([DC_A, DC_B])
 
     def host(self, dc: str) -> Host:
         return next(h for h in self.hosts if h.dc == dc)

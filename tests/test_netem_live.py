@@ -14,7 +14,7 @@ from netem import load_profile
 from netem.calibrate import calibrate, measure_goodput, measure_rtt
 from netem.manager import down, probe, up
 from netem.profile import LinkProfile, Outages
-from netem.topology import PREFIX, our_namespaces
+from netem.topology import DC_A, DC_B, PREFIX, our_namespaces
 from tests.conftest import run_cli
 
 pytestmark = [
@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and qdiscs"),
     pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables)"),
 ]
-A, B, B_ADDR = "pddb-dc-a", "pddb-dc-b", "10.77.0.2"
+A, B, B_ADDR = DC_A.netns, DC_B.netns, DC_B.address
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from netem.topology import DC_A, DC_B
 from pddbench.errors import UserError
 from pddbench.io import write_json
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
@@ -107,11 +108,11 @@ def pdd_specs(model_dir: str, port: int) -> list[EngineSpec]:
     """P and RLD in dc-a (the fast local KV path), MD in dc-b behind the WAN. Two cores: P has its
     own (prefill is on every request's TTFT path); RLD and MD, both decoders, share the other.
     Measured on the live trace: MD on P's core instead gave TTFT p90 2759 ms vs 1577 ms."""
-    return [EngineSpec("P", model_dir, port + 1, host="10.77.0.1", netns="pddb-dc-a", cpu=0,
+    return [EngineSpec("P", model_dir, port + 1, host=DC_A.address, netns=DC_A.netns, cpu=0,
                        kv_role="kv_producer", side_channel_port=port + 101),
-            EngineSpec("RLD", model_dir, port + 2, host="10.77.0.1", netns="pddb-dc-a", cpu=1,
+            EngineSpec("RLD", model_dir, port + 2, host=DC_A.address, netns=DC_A.netns, cpu=1,
                        kv_role="kv_consumer", side_channel_port=port + 102),
-            EngineSpec("MD", model_dir, port + 3, host="10.77.0.2", netns="pddb-dc-b", cpu=1,
+            EngineSpec("MD", model_dir, port + 3, host=DC_B.address, netns=DC_B.netns, cpu=1,
                        kv_role="kv_consumer", side_channel_port=port + 103)]
 
 
@@ -129,9 +130,9 @@ def router_config(sc, specs: list[EngineSpec], kv_bytes: int) -> RouterConfig:
 
 
 def cross_dc_specs(model_dir: str, port: int) -> list[EngineSpec]:
-    return [EngineSpec("P", model_dir, port + 1, host="10.77.0.1", netns="pddb-dc-a", cpu=0,
+    return [EngineSpec("P", model_dir, port + 1, host=DC_A.address, netns=DC_A.netns, cpu=0,
                        kv_role="kv_producer", side_channel_port=port + 101),
-            EngineSpec("D", model_dir, port + 2, host="10.77.0.2", netns="pddb-dc-b", cpu=1,
+            EngineSpec("D", model_dir, port + 2, host=DC_B.address, netns=DC_B.netns, cpu=1,
                        kv_role="kv_consumer", side_channel_port=port + 102)]
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from netem.topology import DC_A, DC_B
 from pddbench.errors import UserError
 from pddbench.live.net import free_port, wait_port
 
 ARTICLE = {"kv_payload_kib": 4649, "kv_mean_ms": 185.0, "kv_peak_ms": 512.6, "kv_copy_ms": 24.5,
            "token_max_ms": 321.4, "token_payload_kib_max": 1.5}
-DC_A, DC_B = ("pddb-dc-a", "10.77.0.1"), ("pddb-dc-b", "10.77.0.2")
 
 
 def stats(values) -> dict:
@@ -36,9 +36,9 @@ def _wire(role: str, host: str, port: int, netns: str | None, args: list[str]) -
 
 def run_wire(tokens: int, kv_bytes_per_token: int, trials: int, seed: int, loopback: bool) -> list[dict]:
     """Receiver in dc-b, sender in dc-a (or both on loopback); returns the sender's rows."""
-    (src_ns, _), (dst_ns, dst_host) = (None, None), (None, "127.0.0.1")
+    src_ns, dst_ns, dst_host = None, None, "127.0.0.1"
     if not loopback:
-        src_ns, (dst_ns, dst_host) = DC_A[0], DC_B
+        src_ns, dst_ns, dst_host = DC_A.netns, DC_B.netns, DC_B.address
     port = free_port()
     max_bytes = tokens * kv_bytes_per_token + 4096
     sink = subprocess.Popen(_wire("serve", dst_host, port, dst_ns, ["--max-bytes", str(max_bytes)]),
