@@ -368,56 +368,25 @@ def handoff_bench_cmd(
     loopback: bool = typer.Option(False, "--loopback", help="Plain loopback, no emulated WAN (no root needed)."),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: kv_handoff / token_handoff with bytes and latency_ms (mean, p99, max)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (new or empty); default results/handoff-bench/<run-id>/."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (new or empty); default RESULTS/handoff-bench/<run-id>/."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
 ) -> None:
     """The article's handoff microbenchmark over the emulated WAN (dc-a -> dc-b): (a) ship the
     incremental KV of N tokens (gathered from a paged pool: the memory copy) vs (b) ship N token
     ids and recompute them on MD. Writes handoff_bench.json, trials.csv and a CDF figure with the
     article's numbers beside ours."""
-    from netem import load_profile
-    from pddbench.io import claim_out_folder, new_run_dir, write_json, write_text
-    from pddbench.live import handoff_bench as hb
+    from pddbench.handoff_bench import BenchSettings, run_handoff_bench
+    from pddbench.live.handoff_bench import describe
 
-    link_profile = load_profile(profile)
-    run_dir = claim_out_folder(out) if out else new_run_dir("results", "handoff-bench")
-    if md_endpoint:
-        recompute = hb.recompute_engine_ms(md_endpoint, md_model, tokens, context_tokens, trials, seed)
-        source = f"engine:{md_endpoint}"
-    else:
-        one, source = hb.recompute_model_ms(str(scenario), tokens, context_tokens)
-        recompute = [one] * trials
-    backend = "loopback"
-    if not loopback:
-        from netem.manager import down, up
-
-        _netem_call(down)
-        backend = _netem_call(up, link_profile).get("backend", "?")
-    try:
-        with console.status(f"{trials} KV and {trials} token-id handoffs over {profile} ..."):
-            rows = hb.run_wire(tokens, kv_bytes_per_token, trials, seed, loopback)
-    finally:
-        if not loopback:
-            _netem_call(down)
-    meta = {"tokens": tokens, "kv_bytes_per_token": kv_bytes_per_token, "trials": trials, "context_tokens": context_tokens,
-            "link": {"profile": link_profile.name if not loopback else "loopback", "backend": backend}}
-    summary = hb.summarize_bench(rows, recompute, source, meta)
-    import pandas as pd
-
-    frame = pd.DataFrame(rows).assign(token_recompute_ms=recompute)
-    write_text(run_dir / "trials.csv", frame.to_csv(index=False))
-    write_json(run_dir / "handoff_bench.json", summary)
-    hb.plot(rows, recompute, summary, run_dir / "handoff_latency_cdf.png")
+    cfg = BenchSettings(tokens, kv_bytes_per_token, trials, profile, context_tokens, md_endpoint, md_model,
+                        str(scenario), loopback, seed)
+    with console.status(f"{trials} KV and {trials} token-id handoffs over {'loopback' if loopback else profile} ..."):
+        summary, run_dir = run_handoff_bench(cfg, out, results)
     if as_json:
         print(json.dumps(summary, sort_keys=True))
         return
-    kv, tk, a = summary["kv_handoff"], summary["token_handoff"], hb.ARTICLE
-    console.print(f"KV handoff: {kv['kib']:.0f} KiB, mean {kv['latency_ms']['mean']:.1f} / p99 {kv['latency_ms']['p99']:.1f} / "
-                  f"max {kv['latency_ms']['max']:.1f} ms (copy {kv['copy_ms']['mean']:.1f} ms)   "
-                  f"article: {a['kv_payload_kib']} KiB, {a['kv_mean_ms']} / peak {a['kv_peak_ms']} ms, copy +{a['kv_copy_ms']} ms",
-                  highlight=False)
-    console.print(f"token handoff: {tk['bytes']} B, mean {tk['latency_ms']['mean']:.1f} / p99 {tk['latency_ms']['p99']:.1f} / "
-                  f"max {tk['latency_ms']['max']:.1f} ms (recompute {tk['recompute_ms']['mean']:.1f} ms, {source})   "
-                  f"article: <= {a['token_payload_kib_max']} KiB, max {a['token_max_ms']} ms", highlight=False)
+    for line in describe(summary):
+        console.print(line, highlight=False)
     console.print(f"[green]done[/]: open {run_dir}")
 
 

@@ -46,6 +46,32 @@ def test_loopback_defaults_match_the_article_payloads(tmp_path):
         assert (tmp_path / "hb" / name).is_file()
 
 
+def test_results_root_holds_the_default_run_folder(tmp_path):
+    """Without --out the run folder goes under --results (it once went to ./results whatever was asked)."""
+    res = run_cli("handoff-bench", "--loopback", "--trials", "2", "--tokens", "4", "--json", "--results",
+                  tmp_path / "res", timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    runs = list((tmp_path / "res" / "handoff-bench").iterdir())
+    assert len(runs) == 1 and (runs[0] / "handoff_bench.json").is_file()
+    assert json.loads((runs[0] / "handoff_bench.json").read_text())["link"] == {"profile": "loopback",
+                                                                               "backend": "loopback"}
+
+
+def test_emulated_wan_is_torn_down_when_the_block_fails(monkeypatch):
+    """The WAN comes down on an error inside the block (as on Ctrl-C), and a stale one is removed first."""
+    import netem.manager as manager
+    from pddbench.live.wan import emulated_wan
+
+    calls = []
+    monkeypatch.setattr(manager, "down", lambda: calls.append("down"))
+    monkeypatch.setattr(manager, "up", lambda profile: calls.append("up") or {"backend": "test"})
+    with pytest.raises(KeyboardInterrupt):
+        with emulated_wan(object()) as state:
+            assert state == {"backend": "test"} and calls == ["down", "up"]
+            raise KeyboardInterrupt
+    assert calls == ["down", "up", "down"]
+
+
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and qdiscs")
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables)")

@@ -1,4 +1,5 @@
-"""`pddbench handoff-bench`: the article's handoff microbenchmark over the emulated WAN.
+"""`pddbench handoff-bench`, its live parts: the handoffs over the emulated WAN (pddbench/handoff_bench.py
+runs the command).
 
 (a) KV handoff: the incremental KV of N tokens (real bytes of the given geometry, gathered from a
     paged pool into one buffer: the memory-copy step) shipped from dc-a to dc-b;
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import numpy as np
 from netem.topology import DC_A, DC_B
 from pddbench.errors import UserError
 from pddbench.live.net import free_port, wait_port
+from pddbench.live.wan import emulated_wan
 
 ARTICLE = {"kv_payload_kib": 4649, "kv_mean_ms": 185.0, "kv_peak_ms": 512.6, "kv_copy_ms": 24.5,
            "token_max_ms": 321.4, "token_payload_kib_max": 1.5}
@@ -56,16 +59,15 @@ def run_wire(tokens: int, kv_bytes_per_token: int, trials: int, seed: int, loopb
         sink.wait(timeout=10)
 
 
-def recompute_model_ms(scenario: str, tokens: int, context_tokens: int) -> tuple[float, str]:
-    """One extend step of `tokens` on the scenario's MD (batch of one, `context_tokens` cached)."""
-    from pddbench.scenario import load_scenario
-    from pddbench.sim.cluster import latency_model
-
-    sc = load_scenario(scenario)
-    if sc.deployment is None or sc.deployment.main is None:
-        raise UserError(f"{scenario}: needs a pdd deployment with a 'main' pool for the recompute model")
-    model = latency_model(sc, sc.deployment.main)
-    return model.decode_ms(1, context_tokens, extend_tokens=tokens), f"model:{sc.name}"
+def measure_over_link(tokens: int, kv_bytes_per_token: int, trials: int, seed: int, link_profile,
+                      loopback: bool) -> tuple[list[dict], dict]:
+    """The wire trials over the emulated WAN (up for these trials only) or plain loopback; returns
+    the rows and the link they crossed."""
+    with (nullcontext(None) if loopback else emulated_wan(link_profile)) as state:
+        rows = run_wire(tokens, kv_bytes_per_token, trials, seed, loopback)
+    if state is None:
+        return rows, {"profile": "loopback", "backend": "loopback"}
+    return rows, {"profile": link_profile.name, "backend": state.get("backend", "?")}
 
 
 def recompute_engine_ms(endpoint: str, model: str, tokens: int, context_tokens: int, trials: int, seed: int) -> list[float]:
@@ -132,3 +134,25 @@ def plot(rows: list[dict], recompute_ms: list[float], summary: dict, path: Path)
     ax.set_title(f"{summary['tokens']}-token handoff over {summary['link']['profile']}")
     ax.legend(fontsize=7, loc="lower right")
     save_figure(fig, path)
+
+
+def write_bench(run_dir: Path, rows: list[dict], recompute_ms: list[float], summary: dict) -> None:
+    import pandas as pd
+
+    from pddbench.io import write_json, write_text
+
+    frame = pd.DataFrame(rows).assign(token_recompute_ms=recompute_ms)
+    write_text(run_dir / "trials.csv", frame.to_csv(index=False))
+    write_json(run_dir / "handoff_bench.json", summary)
+    plot(rows, recompute_ms, summary, run_dir / "handoff_latency_cdf.png")
+
+
+def describe(summary: dict) -> list[str]:
+    """Two lines for the terminal: each handoff measured, beside the article's numbers."""
+    kv, tk, a = summary["kv_handoff"], summary["token_handoff"], ARTICLE
+    return [f"KV handoff: {kv['kib']:.0f} KiB, mean {kv['latency_ms']['mean']:.1f} / p99 {kv['latency_ms']['p99']:.1f} / "
+            f"max {kv['latency_ms']['max']:.1f} ms (copy {kv['copy_ms']['mean']:.1f} ms)   "
+            f"article: {a['kv_payload_kib']} KiB, {a['kv_mean_ms']} / peak {a['kv_peak_ms']} ms, copy +{a['kv_copy_ms']} ms",
+            f"token handoff: {tk['bytes']} B, mean {tk['latency_ms']['mean']:.1f} / p99 {tk['latency_ms']['p99']:.1f} / "
+            f"max {tk['latency_ms']['max']:.1f} ms (recompute {tk['recompute_ms']['mean']:.1f} ms, "
+            f"{tk['recompute_source']})   article: <= {a['token_payload_kib_max']} KiB, max {a['token_max_ms']} ms"]
