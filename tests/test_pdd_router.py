@@ -317,3 +317,37 @@ def test_adaptive_handoff_counts_relay_load_in_relay_slots(slots, mode):
     status, ids, pdd, _ = _run(StandIns(token_s=0.02), PROMPT, 30, pol, min_relay_tokens=3, relay_slots=slots)
     assert status == 200 and ids == _reference(PROMPT, 30)
     assert pdd["handoff_mode"] == mode, pdd
+
+
+def test_router_process_takes_its_config_as_json():
+    """`python -m pddbench.live.pdd_router --config JSON`, as the live runtime starts it: the
+    policy crosses the process boundary intact (here: the relay-only ablation)."""
+    import subprocess
+    import sys
+    import time
+
+    async def go():
+        engines = StandIns()
+        urls = await engines.start()
+        port = free_port()
+        cfg = _cfg(Policy(relay_only_pipeline=True), urls=urls)
+        proc = subprocess.Popen([sys.executable, "-m", "pddbench.live.pdd_router", "--port", str(port),
+                                 "--config", cfg.model_dump_json()], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    _, w = await asyncio.open_connection("127.0.0.1", port)
+                    w.close()
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+                    await asyncio.sleep(0.1)
+            return await _ask(f"http://127.0.0.1:{port}", PROMPT, 3)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            await engines.stop()
+
+    status, ids, pdd, _ = asyncio.run(asyncio.wait_for(go(), 90))
+    assert status == 200 and ids == _reference(PROMPT, 3) and pdd["pipeline"] == "p_rld"
