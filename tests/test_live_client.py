@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import math
 
 import pytest
 from aiohttp import web
@@ -205,3 +206,31 @@ def test_ctrl_c_keeps_the_requests_measured_so_far(tmp_path):
     finally:
         srv.terminate()
         srv.wait()
+
+
+def test_router_account_becomes_the_shared_record_meanings():
+    """The stall is the one gap at the switch (relay's last token -> MD's first), not a later
+    larger gap; kv_wait = first token - (arrival + the front's prefill_ms); the abort reason is
+    copied, "" when the front does not give one."""
+    from pddbench.live.client import Outcome
+
+    o = Outcome(LiveRequest(0, 0.0, [1] * 10, 5), send_s=0.0, token_times_s=[0.100, 0.110, 0.150, 0.160, 0.400])
+    o.server = {"pipeline": "p_rld_md", "handoff_mode": "one_shot", "relay_tokens": 2, "main_tokens": 3,
+                "prefill_ms": 60.0, "transfer_aborted": False, "transfer_abort_reason": ""}
+    rec = outcome_record(o, "pdd")
+    assert rec["handoff_stall_ms"] == pytest.approx(40.0) and rec["max_itl_ms"] == pytest.approx(240.0)
+    assert rec["prefill_end_ms"] == pytest.approx(60.0) and rec["kv_wait_ms"] == pytest.approx(40.0)
+    assert rec["ttft_ms"] == pytest.approx(rec["prefill_end_ms"] - rec["arrival_ms"] + rec["kv_wait_ms"])
+    o.server = {"pipeline": "p_rld_md", "handoff_mode": "relay_finish", "relay_tokens": 5, "main_tokens": 0,
+                "prefill_ms": 60.0, "transfer_aborted": True, "transfer_abort_reason": "singular_flow",
+                "singular_flow": True, "wan_kv_bytes": 0, "wan_kv_bytes_saved": 4096}
+    rec = outcome_record(o, "pdd")
+    assert rec["transfer_abort_reason"] == "singular_flow" and rec["transfer_aborted"]
+    assert math.isnan(rec["handoff_stall_ms"]) and rec["wan_kv_bytes_saved"] == 4096
+    o.server = {"pipeline": "p_d", "prefill_ms": 60.0}  # the PD proxy's account: no abort fields
+    rec = outcome_record(o, "p_d")
+    assert rec["transfer_abort_reason"] == "" and not rec["transfer_aborted"] and rec["kv_wait_ms"] == pytest.approx(40.0)
+    o.server = {}  # one engine: no prefill end, no KV wait
+    rec = outcome_record(o)
+    assert math.isnan(rec["kv_wait_ms"]) and rec["transfer_abort_reason"] == ""
+    assert to_frame([rec])["transfer_abort_reason"].tolist() == [""]
