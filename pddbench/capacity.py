@@ -6,6 +6,7 @@ identical request stream: first doubling/halving to bracket the boundary, then b
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from pddbench.runner import simulate_summary
@@ -69,3 +70,19 @@ def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         "bracketed": lo is not None and hi is not None,
         "probes": sorted(probes, key=lambda p: p["rate_scale"]),
     }
+
+
+def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, out: Path | None, results: Path,
+                 on_step: Callable[[dict], None] | None = None) -> tuple[dict, Path]:
+    """`pddbench capacity`: search the scenario's capacity and write capacity.json and capacity.png
+    into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder."""
+    from pddbench.io import new_run_dir, write_json
+    from pddbench.report.capacity_figure import capacity_figure
+    from pddbench.scenario import load_scenario
+
+    sc = load_scenario(scenario, overrides)
+    result = search_capacity(sc, iterations, on_step=on_step)
+    folder = out or new_run_dir(results, f"{sc.name}-capacity")
+    write_json(folder / "capacity.json", result)
+    capacity_figure(result, folder / "capacity.png")
+    return result, folder

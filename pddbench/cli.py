@@ -27,14 +27,6 @@ app.add_typer(netem_app, name="netem")
 console = Console(stderr=True)
 
 
-def _parse_hist(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise UserError(f"--target-hist '{text}': expected 7 comma-separated fractions, "
-                        "e.g. 0.10,0.03,0.07,0.15,0.15,0.20,0.30") from None
-
-
 @trace_app.command("stats")
 def trace_stats_cmd(
     file: Path = typer.Argument(..., help="Trace file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids)."),
@@ -46,20 +38,9 @@ def trace_stats_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for stats.json and figures (bucket mix over time, hit-rate CDF)."),
 ) -> None:
     """Sizes, arrival rate, per-request prefix hit rate and its 7-bucket histogram (0-90 ... 99-100%)."""
-    from pddbench.workload.stats import public, trace_stats
-    from pddbench.workload.trace import load_trace
+    from pddbench.report.trace_report import trace_report
 
-    requests = load_trace(file, block_size)
-    stats = trace_stats(requests, block_size, cache_blocks, window_s)
-    pub = public(stats)
-    pub["trace"] = str(file)
-    if out is not None:
-        from pddbench.io import write_json
-        from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
-
-        write_json(out / "stats.json", pub)
-        bucket_mix_over_time(stats, out / "hit_mix_over_time.png")
-        hit_rate_cdf(stats["_per_request_hit_rate"], out / "hit_rate_cdf.png", label=file.stem)
+    pub = trace_report(file, block_size, cache_blocks, window_s, out)
     if as_json:
         print(json.dumps(pub, sort_keys=True))
     else:
@@ -84,18 +65,10 @@ def trace_synth_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Output JSONL (default: stdout)."),
 ) -> None:
     """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
-    from pydantic import ValidationError
-
-    from pddbench.workload.synth import SynthConfig, synthesize
+    from pddbench.workload.synth import synth_trace
     from pddbench.workload.trace import write_trace
 
-    try:
-        cfg = SynthConfig(requests=requests, seed=seed, target_hist=_parse_hist(target_hist),
-                          rate_rps=rate_rps, singular_share=singular_share)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UserError(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}") from None
-    reqs = synthesize(cfg)
+    reqs = synth_trace(requests, seed, target_hist, rate_rps, singular_share)
     if out is None:
         for r in reqs:
             sys.stdout.write(r.to_json() + "\n")
@@ -137,18 +110,11 @@ def capacity_cmd(
 ) -> None:
     """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds;
     reports throughput_within_sla_rps and bcr (that rate per unit of hardware cost per hour)."""
-    from pddbench.capacity import search_capacity
-    from pddbench.io import new_run_dir, write_json
-    from pddbench.report.capacity_figure import capacity_figure
-    from pddbench.scenario import load_scenario
+    from pddbench.capacity import run_capacity
 
-    sc = load_scenario(scenario, set_)
-    result = search_capacity(sc, iterations, on_step=lambda r: console.print(
+    result, folder = run_capacity(scenario, set_, iterations, out, results, on_step=lambda r: console.print(
         f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken'}"
         f"  (p90 TTFT {r['ttft_p90_ms'] or 0:,.0f} ms, p90 TPOT {r['tpot_p90_ms'] or 0:,.1f} ms)", highlight=False))
-    folder = out or new_run_dir(results, f"{sc.name}-capacity")
-    write_json(folder / "capacity.json", result)
-    capacity_figure(result, folder / "capacity.png")
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -181,14 +147,9 @@ def sim_speed_cmd(
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
     """Measure the simulator: simulated requests per wall-second on a generated workload."""
-    from pddbench.runner import simulate_summary
-    from pddbench.scenario import load_scenario
+    from pddbench.runner import sim_speed
 
-    sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.source=synth", *set_])
-    _, s = simulate_summary(sc, show_progress=True)
-    rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
-    print(json.dumps({"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],
-                      "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1)}))
+    print(json.dumps(sim_speed(scenario, requests, set_)))
 
 
 def _netem_call(fn, *args, **kwargs):
@@ -289,20 +250,13 @@ def replay_cmd(
     """Replay a trace against an OpenAI-compatible server (vLLM, SGLang, the PDD router) with
     streaming /v1/completions and token-id prompts built from hash_ids; records and summary use the
     simulator's schema."""
-    if sum(x is not None for x in (time_scale, rate, concurrency)) > 1:
-        raise UserError("choose one of --time-scale, --rate, --concurrency")
-    if arrival not in ("constant", "poisson", "gamma"):
-        raise UserError(f"--arrival '{arrival}': choose constant, poisson or gamma")
-    from pddbench.io import claim_out_folder, new_run_dir
-    from pddbench.live.replay import replay
+    from pddbench.live.replay import replay_trace
     from pddbench.report.tables import print_summary
-    from pddbench.workload.trace import load_trace
 
-    reqs = load_trace(trace, block_size)
-    folder = new_run_dir(results, "replay") if out is None else claim_out_folder(out)
-    summary = replay(endpoint, model, reqs, folder, block_size=block_size, vocab=(vocab_lo, vocab_hi),
-                     time_scale=time_scale, rate=rate, arrival=arrival, concurrency=concurrency,
-                     duration_s=duration_s, seed=seed, timeout_s=timeout_s, pipeline=pipeline)
+    summary, folder = replay_trace(endpoint, model, trace, out, results, block_size=block_size,
+                                   vocab=(vocab_lo, vocab_hi), time_scale=time_scale, rate=rate, arrival=arrival,
+                                   concurrency=concurrency, duration_s=duration_s, seed=seed, timeout_s=timeout_s,
+                                   pipeline=pipeline)
     print_summary(summary)
     console.print(f"[green]wrote[/] {folder}")
 
@@ -339,17 +293,11 @@ def replay_bench_cmd(
 ) -> None:
     """Measure the replay client against a fixed-latency streaming endpoint (client and endpoint
     pinned to different cores): TTFT measurement error and schedule lag, p50/p99."""
-    from pddbench.io import write_json
-    from pddbench.live.precision import measure
+    from pddbench.live.precision import describe, replay_bench
 
-    results = [measure(r, duration_s, arrival, ttft_ms) for r in rate]
+    results = replay_bench(rate, duration_s, arrival, ttft_ms, out)
     for res in results:
-        e, lag = res["ttft_error_ms"], res["schedule_lag_ms"]
-        console.print(f"{res['rate_rps']:g} req/s ({res['requests']} requests, {res['failed']} failed): TTFT error "
-                      f"p50 {e['p50']:.2f} / p99 {e['p99']:.2f} ms; schedule lag p50 {lag['p50']:.2f} / p99 {lag['p99']:.2f} ms",
-                      highlight=False)
-    if out is not None:
-        write_json(out / "replay_bench.json", results)
+        console.print(describe(res), highlight=False)
     print(json.dumps(results))
 
 

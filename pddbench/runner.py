@@ -82,3 +82,12 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
     if summary["interrupted"]:
         raise KeyboardInterrupt
     return run_dir
+
+
+def sim_speed(scenario: Path | str, requests: int, overrides: list[str]) -> dict:
+    """`pddbench sim-speed`: simulate `requests` generated requests; simulated requests per wall-second."""
+    sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.source=synth", *overrides])
+    _, s = simulate_summary(sc, show_progress=True)
+    rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
+    return {"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],
+            "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1)}

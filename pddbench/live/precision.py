@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+from pddbench.io import write_json
 from pddbench.live.client import LiveRequest, ReplayClient, run_sync
 from pddbench.live.net import free_port, wait_port
 from pddbench.live.schedule import at_rate
@@ -46,3 +48,18 @@ def measure(rate_rps: float, duration_s: float, arrival: str = "poisson", ttft_m
         "server_ttft_ms": ttft_ms, "pinned": pin,
         "ttft_error_ms": distribution(errors), "schedule_lag_ms": distribution(lags),
     }
+
+
+def replay_bench(rates: list[float], duration_s: float, arrival: str, ttft_ms: float, out: Path | None) -> list[dict]:
+    """`pddbench replay-bench`: measure() at each rate; also writes OUT/replay_bench.json when asked."""
+    results = [measure(r, duration_s, arrival, ttft_ms) for r in rates]
+    if out is not None:
+        write_json(out / "replay_bench.json", results)
+    return results
+
+
+def describe(res: dict) -> str:
+    """One terminal line per rate: TTFT error and schedule lag."""
+    e, lag = res["ttft_error_ms"], res["schedule_lag_ms"]
+    return (f"{res['rate_rps']:g} req/s ({res['requests']} requests, {res['failed']} failed): TTFT error "
+            f"p50 {e['p50']:.2f} / p99 {e['p99']:.2f} ms; schedule lag p50 {lag['p50']:.2f} / p99 {lag['p99']:.2f} ms")

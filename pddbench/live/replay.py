@@ -84,3 +84,20 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
         console.print(f"[bold red]schedule lag p99 {lag_p99:.1f} ms exceeds {lag_tolerance_ms} ms[/]: "
                       "the client fell behind; latencies are not trustworthy")
     return summary
+
+
+def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, results: Path,
+                 **options) -> tuple[dict, Path]:
+    """`pddbench replay`: check the load options, load the trace, claim the run folder (`out`, new
+    or empty, or a new RESULTS/replay/<run-id>/) and replay; `options` are replay()'s keywords."""
+    from pddbench.errors import UserError
+    from pddbench.io import claim_out_folder, new_run_dir
+    from pddbench.workload.trace import load_trace
+
+    if sum(options.get(k) is not None for k in ("time_scale", "rate", "concurrency")) > 1:
+        raise UserError("choose one of --time-scale, --rate, --concurrency")
+    if options.get("arrival", "poisson") not in ("constant", "poisson", "gamma"):
+        raise UserError(f"--arrival '{options['arrival']}': choose constant, poisson or gamma")
+    reqs = load_trace(trace_path, options.get("block_size", 512))
+    folder = new_run_dir(results, "replay") if out is None else claim_out_folder(out)
+    return replay(endpoint, model, reqs, folder, **options), folder

@@ -259,3 +259,24 @@ def synthesize(cfg: SynthConfig) -> list[Request]:
         for r in reqs:
             r.timestamp_ms = int(round(r.timestamp_ms * factor))
     return reqs
+
+
+def synth_trace(requests: int, seed: int, target_hist: str, rate_rps: float, singular_share: float) -> list[Request]:
+    """`pddbench trace synth`: the options as typed (the histogram as comma-separated fractions),
+    checked by SynthConfig; a bad value is reported as a UserError naming the option."""
+    from pydantic import ValidationError
+
+    from pddbench.errors import UserError
+
+    try:
+        hist = tuple(float(x) for x in target_hist.split(","))
+    except ValueError:
+        raise UserError(f"--target-hist '{target_hist}': expected 7 comma-separated fractions, "
+                        "e.g. 0.10,0.03,0.07,0.15,0.15,0.20,0.30") from None
+    try:
+        cfg = SynthConfig(requests=requests, seed=seed, target_hist=hist, rate_rps=rate_rps,
+                          singular_share=singular_share)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}") from None
+    return synthesize(cfg)
