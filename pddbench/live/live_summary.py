@@ -1,0 +1,40 @@
+"""A live run's summary: the simulator's summary keys from the replayed records, plus what only a
+live run knows (endpoint, schedule lag, engine counters, where each engine ran, the link's
+calibration)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pddbench.io import write_json
+from pddbench.live.engines import EngineSpec
+from pddbench.metrics.summary import summarize
+from pddbench.records import read_records
+
+
+def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
+                 model_dir: str) -> dict:
+    """Move the replay's records to the run folder, summarise them and write summary.json (and
+    calibration.json when the link was calibrated); a link outside its tolerance marks the run invalid."""
+    kind = sc.deployment.kind
+    replay_summary = json.loads((run_dir / "replay" / "summary.json").read_text())
+    (run_dir / "replay" / "records.parquet").replace(run_dir / "records.parquet")
+    records = read_records(run_dir / "records.parquet")
+    summary = summarize(records, deployment=kind, sla_ttft_ms=sc.sla.ttft_ms, sla_tpot_ms=sc.sla.tpot_ms,
+                        sla_percentile_q=sc.sla.percentile)
+    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
+    summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
+                    "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
+                    # where each engine ran: placement changes results on a small host
+                    "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role}
+                                for e in specs]})
+    if calibration is not None:
+        write_json(run_dir / "calibration.json", calibration)
+        if not calibration["valid"]:
+            summary["invalid"] = calibration["invalid_reason"]
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[bold red]RUN INVALID[/]: {calibration['invalid_reason']}")
+    write_json(run_dir / "summary.json", summary)
+    return summary
