@@ -39,3 +39,53 @@ def test_placement_front_and_network_agree(kind):
         assert any(s.netns == DC_B.netns for s in specs)  # something sits behind the WAN
     else:
         assert all(s.netns is None for s in specs) and p.client_netns is None
+
+
+def test_run_live_tears_down_front_engines_and_wan_on_ctrl_c(tmp_path, monkeypatch):
+    """Ctrl-C during the replay of a pdd run: the front, the engines and the WAN all come down,
+    in that order (stand-ins record it; no vLLM or root needed)."""
+    from contextlib import contextmanager
+
+    from pddbench.live import deploy
+    from pddbench.scenario import load_scenario
+
+    events = []
+
+    def cm(name, value=None):
+        @contextmanager
+        def manager(*_a, **_k):
+            events.append(f"{name} up")
+            try:
+                yield value
+            finally:
+                events.append(f"{name} down")
+        return manager
+
+    class Engines:
+        def __init__(self, specs, logs):
+            self.specs = specs
+
+        def __enter__(self):
+            events.append("engines up")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("engines down")
+
+        def metrics(self):
+            return {}
+
+    def replay(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deploy, "vllm_available", lambda: True)
+    monkeypatch.setattr(deploy, "emulated_wan", cm("wan", {"backend": "test"}))
+    monkeypatch.setattr(deploy, "EngineGroup", Engines)
+    monkeypatch.setattr(deploy, "running_front", cm("front", "http://10.77.0.1:8300"))
+    monkeypatch.setattr(deploy, "kv_bytes_per_token", lambda _model: 1024)
+    monkeypatch.setattr(deploy, "run_replay", replay)
+    sc = load_scenario("live/pdd", ["live.model_dir=/model"])
+    with pytest.raises(KeyboardInterrupt):
+        deploy.run_live(sc, tmp_path)
+    assert events == ["wan up", "engines up", "front up", "front down", "engines down", "wan down"]
+    assert (tmp_path / "router.json").is_file()  # the router's settings are written before it starts
