@@ -15,11 +15,16 @@ from typing import Iterable
 
 from pddbench.errors import InputError
 from pddbench.io import atomic_path
+from pddbench.loading import is_stdin, loads_json, open_text
 
 DEFAULT_BLOCK_SIZE = 512
 # Sizes past these are corrupt data, not workloads (10M-token prompts, 1M-token outputs).
 MAX_INPUT_TOKENS = 10_000_000
 MAX_OUTPUT_TOKENS = 1_000_000
+MAX_ID = 2**63 - 1  # ids and timestamps are stored as int64
+# A trace spans at most a year: epoch-millisecond timestamps beside small ones, or enormous gaps,
+# are corrupt data that would make the simulator and `trace stats` walk through decades.
+MAX_SPAN_MS = 366 * 86_400_000
 
 
 @dataclass(slots=True)
@@ -46,7 +51,7 @@ class Request:
 
 
 def _int_field(obj: dict, field: str, path: str, line: int, *, required: bool = True,
-               maximum: int | None = None) -> int | None:
+               maximum: int = MAX_ID) -> int | None:
     if field not in obj:
         if required:
             raise InputError(path, "is missing", line, field)
@@ -56,16 +61,13 @@ def _int_field(obj: dict, field: str, path: str, line: int, *, required: bool = 
         raise InputError(path, f"must be an integer, got {value!r}", line, field)
     if value < 0:
         raise InputError(path, f"must be >= 0, got {value}", line, field)
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise InputError(path, f"is absurdly large ({value} > {maximum})", line, field)
     return value
 
 
 def parse_request(text: str, path: str, line: int, block_size: int) -> Request:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"is not valid JSON ({exc.msg} at column {exc.colno})", line) from None
+    obj = loads_json(text, path, line)
     if not isinstance(obj, dict):
         raise InputError(path, "must be a JSON object", line)
     ts = _int_field(obj, "timestamp", path, line)
@@ -76,9 +78,9 @@ def parse_request(text: str, path: str, line: int, block_size: int) -> Request:
     if "hash_ids" not in obj:
         raise InputError(path, "is missing", line, "hash_ids")
     ids = obj["hash_ids"]
-    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= MAX_ID
                                             for h in ids):
-        raise InputError(path, "must be a list of non-negative integers", line, "hash_ids")
+        raise InputError(path, "must be a list of non-negative integers below 2**63", line, "hash_ids")
     expected = math.ceil(inp / block_size)
     if len(ids) != expected:
         raise InputError(
@@ -94,30 +96,30 @@ def parse_request(text: str, path: str, line: int, block_size: int) -> Request:
 
 
 def load_trace(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> list[Request]:
-    """Load and validate a whole trace; raise InputError on the first bad line."""
+    """Load and validate a whole trace (plain, gzip or zstd; `-` is standard input); raise
+    InputError on the first bad line."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(str(path), "no such trace file")
+    name = "<stdin>" if is_stdin(path) else str(path)
     requests: list[Request] = []
-    last_ts = -1
-    with path.open("r", encoding="utf-8") as fh:
+    with open_text(path, "trace file", allow_stdin=True) as fh:
         for line_no, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            req = parse_request(text, str(path), line_no, block_size)
-            if req.timestamp_ms < last_ts:
-                raise InputError(
-                    str(path),
-                    f"goes back in time ({req.timestamp_ms} < previous {last_ts}); traces must be"
-                    " sorted by timestamp",
-                    line_no,
-                    "timestamp",
-                )
-            last_ts = req.timestamp_ms
-            requests.append(req)
+            if text.strip():
+                requests.append(_next_request(text, name, line_no, block_size, requests))
     if not requests:
-        raise InputError(str(path), "holds no requests")
+        raise InputError(name, "holds no requests")
     return requests
+
+
+def _next_request(text: str, path: str, line_no: int, block_size: int, before: list[Request]) -> Request:
+    req = parse_request(text, path, line_no, block_size)
+    if before and req.timestamp_ms < before[-1].timestamp_ms:
+        raise InputError(path, f"goes back in time ({req.timestamp_ms} < previous {before[-1].timestamp_ms}); "
+                         "traces must be sorted by timestamp", line_no, "timestamp")
+    if before and req.timestamp_ms - before[0].timestamp_ms > MAX_SPAN_MS:
+        raise InputError(path, f"is {req.timestamp_ms - before[0].timestamp_ms} ms after the first request's; a "
+                         f"trace may span at most {MAX_SPAN_MS} ms (366 days): are timestamps milliseconds from "
+                         "the trace's start?", line_no, "timestamp")
+    return req
 
 
 def write_trace(path: str | Path, requests: Iterable[Request]) -> None:

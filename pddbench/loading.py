@@ -1,0 +1,227 @@
+"""Reading input files the same way everywhere (traces, scenarios, sweeps, run folders).
+
+Text: UTF-8, with or without a byte-order mark; UTF-16/UTF-32 with a byte-order mark; anything
+else (Latin-1, UTF-16 without a mark) is refused in one line naming the file. Compressed input
+(gzip, zstd) is recognised by its magic bytes, whatever its name. `-` is standard input where a
+caller allows it. YAML and JSON refuse duplicate keys, nesting deeper than MAX_DEPTH and integer
+strings Python will not convert; every refusal is an InputError (file, line, field)."""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import math
+import stat
+import sys
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import yaml
+
+from pddbench.errors import InputError
+
+MAX_DEPTH = 64  # nesting deeper than this is not a trace line or a scenario
+GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def is_stdin(path: str | Path) -> bool:
+    return str(path) == "-"
+
+
+def check_readable(path: Path, what: str) -> None:
+    """A missing file or a directory is refused in one line; devices and pipes are read."""
+    if path.is_dir():
+        raise InputError(str(path), f"is a directory, not a {what}")
+    if not path.exists():
+        raise InputError(str(path), f"no such {what}")
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror})") from None
+    if stat.S_ISSOCK(mode):
+        raise InputError(str(path), f"is a socket, not a {what}")
+
+
+def _raw_stream(path: Path, allow_stdin: bool, what: str) -> IO[bytes]:
+    if is_stdin(path):
+        if not allow_stdin:
+            raise InputError("-", f"reading a {what} from standard input is not supported; pass a file")
+        return sys.stdin.buffer
+    check_readable(path, what)
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror})") from None
+
+
+def _decompressed(raw: IO[bytes], path: Path) -> IO[bytes]:
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    head = buffered.peek(4)[:4]
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
+    if head.startswith(ZSTD_MAGIC):
+        try:
+            import zstandard
+        except ImportError:  # pragma: no cover - a dependency
+            raise InputError(str(path), "is zstd-compressed and the zstandard module is missing: "
+                             "pip install zstandard, or decompress it first") from None
+        return zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)  # type: ignore[return-value]
+    return buffered
+
+
+def _encoding(stream: IO[bytes], path: Path) -> str:
+    head = stream.peek(4)[:4] if hasattr(stream, "peek") else b""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name
+    if len(head) >= 2 and (head[0] == 0 or head[1] == 0):
+        raise InputError(str(path), "looks like UTF-16 without a byte-order mark; save it as UTF-8")
+    return "utf-8"
+
+
+@contextmanager
+def open_text(path: str | Path, what: str, allow_stdin: bool = False) -> Iterator[IO[str]]:
+    """A text stream of `path` (decompressed, decoded); errors while reading become InputError."""
+    path = Path(path)
+    raw = _raw_stream(path, allow_stdin, what)
+    try:
+        data = _decompressed(raw, path)
+        if not hasattr(data, "peek"):
+            data = io.BufferedReader(data)  # type: ignore[arg-type]
+        text = io.TextIOWrapper(data, encoding=_encoding(data, path), errors="strict", newline=None)  # type: ignore[arg-type]
+        with _read_errors(path):
+            yield text
+    finally:
+        if not is_stdin(path):
+            raw.close()
+
+
+@contextmanager
+def _read_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} cannot be decoded; "
+                         "Latin-1 or another encoding?): save it as UTF-8") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(str(path), f"is a damaged or truncated compressed file ({exc})") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+    except Exception as exc:  # zstandard.ZstdError and friends
+        if type(exc).__module__.startswith("zstandard"):
+            raise InputError(str(path), f"is a damaged zstd file ({exc})") from None
+        raise
+
+
+def read_text(path: str | Path, what: str) -> str:
+    with open_text(path, what) as fh:
+        return fh.read()
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key '{key}'")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_json(text: str | bytes, path: str, line: int | None = None) -> Any:
+    """Strict JSON: no duplicate keys, no NaN/Infinity, bounded nesting and digit strings."""
+    if _depth(text) > MAX_DEPTH:
+        raise InputError(path, f"nests deeper than {MAX_DEPTH} levels", line)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"is not valid JSON ({exc.msg} at column {exc.colno})", line) from None
+    except (ValueError, RecursionError) as exc:  # duplicate key, too many digits, NaN
+        raise InputError(path, f"is not acceptable JSON ({_short(exc)})", line) from None
+
+
+def _depth(text: str | bytes) -> int:
+    """Upper bound of bracket nesting (brackets inside strings count too: a bound, not a parse)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = peak = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            peak = max(peak, depth)
+        elif ch in "]}":
+            depth -= 1
+    return peak
+
+
+def _short(exc: BaseException) -> str:
+    msg = str(exc).split(";")[0].strip()
+    return msg[:160] or type(exc).__name__
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    path = Path(path)
+    return loads_json(read_text(path, what), str(path))
+
+
+# -- YAML --------------------------------------------------------------------------------------
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (YAML says they are an error; PyYAML keeps
+    the last one silently)."""
+
+
+def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
+        except TypeError:  # an unhashable key: let the base constructor say so
+            break
+        seen[key] = True
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(text: str, path: str) -> Any:
+    """Strict YAML; an error names the file and line."""
+    if _depth(text) > MAX_DEPTH:
+        raise InputError(path, f"nests deeper than {MAX_DEPTH} levels")
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(path, f"is not valid YAML ({problem})", line=mark.line + 1 if mark else None) from None
+    except (ValueError, RecursionError, OverflowError) as exc:  # e.g. a 5,000-digit integer
+        raise InputError(path, f"is not acceptable YAML ({_short(exc)})") from None
+
+
+def load_yaml_value(raw: str) -> Any:
+    """A `--set` value in YAML syntax; text that is not YAML stays a string."""
+    try:
+        return load_yaml(raw, "--set")
+    except InputError:
+        return raw
+
+
+def finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
