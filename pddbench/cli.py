@@ -82,7 +82,7 @@ SET_HELP = "Override a scenario value: dotted.path=value (YAML syntax), e.g. --s
 
 @app.command("run")
 def run_cmd(
-    scenario: Path = typer.Argument(..., help="Scenario YAML (see scenarios/)."),
+    scenario: Path = typer.Argument(..., help="Scenario YAML, or a shipped scenario by name (e.g. paper/pdd, live/pdd)."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (must be new or empty). Default: results/<name>/<run-id>/."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default run folder."),
@@ -142,7 +142,7 @@ def compare_cmd(
 
 @app.command("sim-speed")
 def sim_speed_cmd(
-    scenario: Path = typer.Argument(Path("scenarios/paper/pdd.yaml"), help="Scenario YAML."),
+    scenario: Path = typer.Argument(Path("paper/pdd"), help="Scenario YAML or shipped name."),
     requests: int = typer.Option(100_000, "--requests", min=1, help="Requests to generate and simulate."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
@@ -312,7 +312,7 @@ def handoff_bench_cmd(
     md_endpoint: Optional[str] = typer.Option(None, "--md-endpoint", help="Measure the recompute on this real engine "
                                               "(OpenAI API); unset uses the scenario's MD latency model."),
     md_model: str = typer.Option("tiny", "--md-model", help="Model name served at --md-endpoint."),
-    scenario: Path = typer.Option(Path("scenarios/paper/pdd.yaml"), "--scenario", help="Scenario whose MD pool models the recompute."),
+    scenario: Path = typer.Option(Path("paper/pdd"), "--scenario", help="Scenario whose MD pool models the recompute."),
     loopback: bool = typer.Option(False, "--loopback", help="Plain loopback, no emulated WAN (no root needed)."),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: kv_handoff / token_handoff with bytes and latency_ms (mean, p99, max)."),
