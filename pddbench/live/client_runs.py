@@ -27,9 +27,10 @@ def _replay_args(cfg: LiveConfig, endpoint: str, model: str, trace: Path, out: P
 
 
 def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_size: int, pipeline: str,
-               netns: str | None, log: Path) -> None:
-    """The replay client as its own process, inside `netns` when the client sits in a datacenter."""
-    args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline]
+               netns: str | None, log: Path, seed: int) -> None:
+    """The replay client as its own process, inside `netns` when the client sits in a datacenter;
+    `seed` (the scenario's) seeds the arrival process."""
+    args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline, "--seed", str(seed)]
     _run_client("replay", ["pddbench", *args], netns, log)
 
 

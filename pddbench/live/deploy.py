@@ -48,7 +48,7 @@ def run_live(sc, run_dir: Path) -> dict:
         before = group.metrics()  # before the front starts: its warm-up requests count
         with request_front(sc, placement, specs, model_dir, run_dir, logs) as endpoint:
             run_replay(cfg, endpoint, trace, run_dir / "replay", sc.workload.block_size, placement.pipeline,
-                       placement.client_netns, logs / "replay.log")
+                       placement.client_netns, logs / "replay.log", sc.seed)
             engine_metrics = metric_deltas(before, group.metrics())
             calibration = calibrate_after_replay(cfg, placement, specs, model_dir, run_dir, logs)
     return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir)
