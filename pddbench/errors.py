@@ -7,4 +7,14 @@ from __future__ import annotations
 
 from netem.errors import InputError, UserError
 
-__all__ = ["InputError", "UserError"]
+__all__ = ["InputError", "Interrupted", "RunFailed", "UserError"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, carrying one line that says what was kept; the CLI prints it and exits 130."""
+
+
+class RunFailed(UserError):
+    """The run finished and wrote its folder, but nothing in it succeeded (exit 1)."""
+
+    exit_code = 1

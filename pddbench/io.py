@@ -61,25 +61,168 @@ def save_figure(fig: Any, path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
+CLAIM = ".claim"  # inside a run folder while a run owns it (holds the owner's pid)
+
+
 def new_run_dir(root: str | os.PathLike, name: str, run_id: str | None = None) -> Path:
-    """Create results/<name>/<run-id>/; never reuse an existing folder."""
+    """Create and claim results/<name>/<run-id>/; never reuse an existing folder."""
+    check_out_place(Path(root), "--results")
     base = Path(root) / name
     stamp = run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     candidate, n = base / stamp, 1
     while True:
         try:
             candidate.mkdir(parents=True, exist_ok=False)
+            _write_claim(candidate)
             return candidate
         except FileExistsError:
             n += 1
             candidate = base / f"{stamp}-{n}"
+        except OSError as exc:
+            raise _place_error(candidate, "--results", exc) from None
+
+
+def check_out_place(out: Path, option: str = "--out", folder: bool = True) -> None:
+    """Refuse, before any work, an output place that cannot be used: a file where a folder is
+    needed (or a folder where a file is), a path under a file, an unwritable place, or a run
+    folder that is not empty."""
+    from pddbench.errors import UserError
+
+    if folder and out.exists() and not out.is_dir():
+        raise UserError(f"{option} {out} is a file, not a folder")
+    if not folder and out.is_dir():
+        raise UserError(f"{option} {out} is a folder, not a file")
+    parent = _nearest_existing(out)
+    if not parent.is_dir():
+        raise UserError(f"{option} {out} lies under {parent}, which is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {out}: {parent} is not writable")
+    if folder and option == "--out" and out.is_dir() and _entries(out):
+        what = "an existing run folder" if _is_run_folder(out) else "not empty"
+        raise UserError(f"{option} {out} is {what}; runs never overwrite each other, choose a new folder")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _entries(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return ["?"]
+
+
+def _is_run_folder(folder: Path) -> bool:
+    return any((folder / f).exists() for f in ("summary.json", "records.parquet", CLAIM, "capacity.json",
+                                               "comparison.json", "stats.json", "fidelity.json"))
+
+
+def _place_error(path: Path, option: str, exc: OSError):
+    from pddbench.errors import UserError
+
+    return UserError(f"{option} {path}: cannot create it ({exc.strerror or exc})")
+
+
+def _write_claim(folder: Path) -> None:
+    """Atomic: O_EXCL creation succeeds for exactly one of two runs naming the same folder."""
+    fd = os.open(folder / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{os.getpid()}\n")
 
 
 def claim_out_folder(out: Path) -> Path:
-    """A user-chosen run folder: it must be new or empty (runs never overwrite each other)."""
+    """A user-chosen run folder: it must be new or empty (runs never overwrite each other). Of two
+    runs claiming it at once, exactly one gets it."""
     from pddbench.errors import UserError
 
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"--out {out} exists and is not empty; runs never overwrite each other, choose a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    if (out / FAILED).is_file() and not (out / CLAIM).exists():
+        discard_folder(out, made_here=False)  # a failed run's leftovers give way to the re-run
+    check_out_place(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_claim(out)
+    except FileExistsError:
+        raise UserError(f"--out {out} is being used by another run (it holds {CLAIM}); choose a new folder") from None
+    except OSError as exc:
+        raise _place_error(out, "--out", exc) from None
+    if set(_entries(out)) != {CLAIM}:  # something arrived between the check and the claim
+        (out / CLAIM).unlink(missing_ok=True)
+        raise UserError(f"--out {out} is not empty; runs never overwrite each other, choose a new folder")
     return out
+
+
+def release_claim(folder: Path) -> None:
+    (folder / CLAIM).unlink(missing_ok=True)
+
+
+def discard_folder(folder: Path, made_here: bool) -> None:
+    """Remove what a failed run wrote (and the folder when this run made it)."""
+    import shutil
+
+    if not folder.is_dir():
+        return
+    if made_here:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+FAILED = "FAILED"  # a run that failed after writing what it could keep (live logs) says so here
+
+
+class RunFolder:
+    """A claimed run folder. Call interrupted() once every file written says it is interrupted."""
+
+    def __init__(self, path: Path, made_here: bool):
+        self.path, self.made_here = path, made_here
+        self.kept: str | None = None
+        self.keep_on_error = False  # live runs keep their logs, marked FAILED
+
+    def interrupted(self, kept: str) -> None:
+        self.kept = kept
+
+
+@contextmanager
+def run_folder(out: Path | None, results: Path, name: str) -> Iterator[RunFolder]:
+    """Claim `out` (new or empty) or a new RESULTS/<name>/<run-id>/ for one run. Ctrl-C leaves
+    nothing, or, after interrupted(), a folder whose files all say so; any other error removes
+    what was written (a live run keeps its logs beside a FAILED note), so a corrected re-run with
+    the same --out works. Raises Interrupted (a KeyboardInterrupt) with a line saying what was kept."""
+    from pddbench.errors import Interrupted
+
+    made = out is None or not out.exists()
+    path = new_run_dir(results, name) if out is None else claim_out_folder(out)
+    folder = RunFolder(path, made)
+    try:
+        yield folder
+    except KeyboardInterrupt:
+        if folder.kept is None:
+            discard_folder(path, made)
+            raise Interrupted(f"interrupted; nothing kept ({path} removed)") from None
+        release_claim(path)
+        raise Interrupted(f"interrupted; kept {folder.kept} in {path} (every file says interrupted)") from None
+    except BaseException as exc:
+        _failed(folder, exc)
+        raise
+    release_claim(path)
+
+
+def _failed(folder: RunFolder, exc: BaseException) -> None:
+    if not folder.keep_on_error:
+        discard_folder(folder.path, folder.made_here)
+        return
+    write_text(folder.path / FAILED, f"{type(exc).__name__}: {exc}\n")
+    release_claim(folder.path)
+
+
+def interrupted_title(title: str, interrupted: bool) -> str:
+    """Figure titles of an interrupted run say so."""
+    return f"{title} (INTERRUPTED: partial)" if interrupted else title

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pddbench.errors import UserError
-from pddbench.io import claim_out_folder, new_run_dir, write_json, write_text
+from pddbench.io import check_out_place, run_folder, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.records import write_records
 from pddbench.scenario import Scenario, load_scenario
@@ -18,12 +18,9 @@ from pddbench.scenario import Scenario, load_scenario
 console = Console(stderr=True)
 
 
-def prepare_run_dir(sc: Scenario, results_root: Path, out: Path | None) -> Path:
-    return new_run_dir(results_root, sc.name) if out is None else claim_out_folder(out)
-
-
 def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
     """Simulate and summarise; returns (records, summary)."""
+    from pddbench.provenance import provenance
     from pddbench.sim.run import simulate
 
     started = time.perf_counter()  # wall time of the simulation itself, reported, never simulated
@@ -44,7 +41,8 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
         "scenario": sc.name, "runtime": "sim", "seed": sc.seed,
         "offered_rps": None, "sim_events": facts["sim_events"], "instances": facts["instances"],
         "interrupted": facts["interrupted"],
-        "sim_wall_s": round(wall_s, 3),  # the one field that differs between identical runs
+        "sim_wall_s": round(wall_s, 3),  # with provenance, the fields that differ between identical runs
+        "provenance": provenance(),
     })
     n = summary["requests_total"]
     span_s = (records["arrival_ms"].max() - records["arrival_ms"].min()) / 1000 if n > 1 else 0
@@ -52,25 +50,46 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
     return records, summary
 
 
+def check_out_options(out: Path | None, results_root: Path) -> None:
+    """Refuse an unusable --out / --results before any work."""
+    if out is not None:
+        check_out_place(out)
+    else:
+        check_out_place(results_root, "--results")
+
+
 def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path | None = None) -> Path:
+    check_out_options(out, results_root)
     sc = load_scenario(path, overrides)
     if sc.deployment is None:
         raise UserError(f"{path}: the scenario has no deployment; add deployment.kind "
                         "(colocated | same_dc_pd | cross_dc_pd | pdd) and, to simulate, its pools")
-    run_dir = prepare_run_dir(sc, results_root, out)
-    write_text(run_dir / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     if sc.runtime == "live":
-        from pddbench.live.deploy import run_live
+        return _run_live(sc, path, overrides, results_root, out)
+    reqs = simulable_requests(sc)  # a bad trace is refused before the folder is claimed
+    with run_folder(out, results_root, sc.name) as folder:
+        write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+        records, summary = simulate_summary(sc, show_progress=True, reqs=reqs)
+        _write_sim_run(folder.path, records, summary, [f"scenario {path} overrides {overrides}",
+                                                       f"run folder {folder.path}"])
+        if summary["interrupted"]:
+            folder.interrupted(f"{summary['requests_total']} requests ({summary['requests_completed']} completed)")
+            raise KeyboardInterrupt
+    return folder.path
 
-        run_live(sc, run_dir)
-        write_text(run_dir / "run.log", f"live scenario {path} overrides {overrides}\n")
-        return run_dir
-    log = [f"scenario {path} overrides {overrides}", f"run folder {run_dir}"]
-    try:
-        records, summary = simulate_summary(sc, show_progress=True)
-    except KeyboardInterrupt:
-        write_text(run_dir / "run.log", "\n".join(log + ["interrupted before any record was kept"]) + "\n")
-        raise
+
+def simulable_requests(sc: Scenario, slowest_scale: float = 1.0) -> list:
+    """The scenario's requests, refused when their arrivals (slowed down by `slowest_scale`)
+    would span more simulated time than any real trace."""
+    from pddbench.workload.source import workload_requests
+    from pddbench.workload.trace import check_simulated_span
+
+    reqs = workload_requests(sc)
+    check_simulated_span(reqs, sc.workload.rate_scale * slowest_scale, sc.workload.trace or "workload")
+    return reqs
+
+
+def _write_sim_run(run_dir: Path, records, summary: dict, log: list[str]) -> None:
     write_records(run_dir / "records.parquet", records)
     write_json(run_dir / "summary.json", summary)
     from pddbench.report.run_figures import run_figures
@@ -78,10 +97,38 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
     run_figures(records, summary, run_dir)
     log.append(f"{summary['requests_completed']} completed, {summary['requests_failed']} failed, "
                f"{summary['sim_events']} events in {summary['sim_wall_s']} s")
-    write_text(run_dir / "run.log", "\n".join(log) + "\n")
     if summary["interrupted"]:
-        raise KeyboardInterrupt
-    return run_dir
+        log.append("INTERRUPTED (Ctrl-C): the records, summary and figures cover the simulation up to that moment; "
+                   "requests unfinished then are failed with failure_reason 'interrupted'")
+    write_text(run_dir / "run.log", "\n".join(log) + "\n")
+
+
+def _run_live(sc: Scenario, path: Path, overrides: list[str], results_root: Path, out: Path | None) -> Path:
+    from pddbench.live.deploy import run_live
+
+    with run_folder(out, results_root, sc.name) as folder:
+        folder.keep_on_error = True  # engine logs explain a failed live run
+        write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+        try:
+            run_live(sc, folder.path)
+        except KeyboardInterrupt:
+            _mark_live_interrupted(folder)
+            raise
+        write_text(folder.path / "run.log", f"live scenario {path} overrides {overrides}\n")
+    return folder.path
+
+
+def _mark_live_interrupted(folder) -> None:
+    import json
+
+    try:
+        summary = json.loads((folder.path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return  # no summary: the run is discarded
+    if summary.get("interrupted"):
+        write_text(folder.path / "run.log", "INTERRUPTED (Ctrl-C): the live run was stopped; records and summary "
+                   "cover it up to that moment\n")
+        folder.interrupted(f"{summary.get('requests_total', 0)} requests")
 
 
 def sim_speed(scenario: Path | str, requests: int, overrides: list[str]) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pddbench.io import save_figure
+from pddbench.io import interrupted_title, save_figure
 from pddbench.report.plotting import pyplot
 
 # The legs of TTFT, in order: where the time to first token went.
@@ -37,20 +37,25 @@ def hit_rates_over_time(records: pd.DataFrame, window_s: float = 60.0) -> pd.Dat
     })
 
 
-def ttft_cdf(runs: dict[str, pd.DataFrame], path: Path, sla_ms: float | None = None) -> None:
+def ttft_cdf(runs: dict[str, pd.DataFrame], path: Path, sla_ms: float | None = None, title: str = "TTFT CDF") -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, rec in runs.items():
         x = np.sort(rec.loc[~rec["failed"], "ttft_ms"].to_numpy())
         if len(x):
             ax.plot(x / 1000, np.arange(1, len(x) + 1) / len(x) * 100, label=label)
-    if sla_ms:
+    plotted = bool(ax.lines)
+    if sla_ms and plotted:
         ax.axvline(sla_ms / 1000, color="grey", ls="--", lw=1, label="TTFT SLA")
-    ax.set_xscale("log")
+    if plotted:
+        ax.set_xscale("log")
+    else:
+        ax.text(0.5, 0.5, "no request completed", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("TTFT (s, log scale)")
     ax.set_ylabel("requests at or below (%)")
-    ax.set_title("TTFT CDF")
-    ax.legend()
+    ax.set_title(title)
+    if plotted:
+        ax.legend()
     save_figure(fig, path)
 
 
@@ -59,7 +64,9 @@ def latency_legs(records: pd.DataFrame, path: Path, title: str) -> None:
     table = leg_table(records)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * max(1, len(table))))
     left = np.zeros(len(table))
-    for name, _, _ in LEGS:
+    if table.empty:
+        ax.text(0.5, 0.5, "no request completed", ha="center", va="center", transform=ax.transAxes)
+    for name, _, _ in ([] if table.empty else LEGS):
         vals = table[name].fillna(0).to_numpy()
         ax.barh(table.index, vals, left=left, label=name)
         left += vals
@@ -84,7 +91,8 @@ def hit_rate_drift(records: pd.DataFrame, path: Path, title: str) -> None:
 
 
 def run_figures(records: pd.DataFrame, summary: dict, out: Path) -> None:
-    title = summary.get("scenario", summary["deployment"])
-    ttft_cdf({title: records}, out / "ttft_cdf.png", summary["sla"]["ttft_ms"])
+    name = summary.get("scenario", summary["deployment"])
+    title = interrupted_title(name, bool(summary.get("interrupted")))
+    ttft_cdf({name: records}, out / "ttft_cdf.png", summary["sla"]["ttft_ms"], interrupted_title("TTFT CDF", bool(summary.get("interrupted"))))
     latency_legs(records, out / "ttft_legs.png", title)
     hit_rate_drift(records, out / "hit_rate_over_time.png", title)

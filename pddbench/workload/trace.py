@@ -122,6 +122,18 @@ def _next_request(text: str, path: str, line_no: int, block_size: int, before: l
     return req
 
 
+MAX_SIMULATED_SPAN_MS = 10 * MAX_SPAN_MS  # what a rate_scale below 1 may stretch a trace to
+
+
+def check_simulated_span(reqs: list[Request], rate_scale: float, source: str) -> None:
+    """Arrivals divided by rate_scale must stay within MAX_SIMULATED_SPAN_MS."""
+    span = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / rate_scale
+    if not span <= MAX_SIMULATED_SPAN_MS:
+        raise InputError(source, f"rate_scale {rate_scale:g} stretches the arrivals to {span:.3g} ms; at most "
+                         f"{MAX_SIMULATED_SPAN_MS} ms (about 10 years) can be simulated: raise workload.rate_scale",
+                         field="workload.rate_scale")
+
+
 def write_trace(path: str | Path, requests: Iterable[Request]) -> None:
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         for req in requests:
