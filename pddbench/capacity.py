@@ -1,66 +1,137 @@
 """Throughput within SLA: the highest offered rate at which the scenario's SLA still holds.
 
 The trace's arrival rate is scaled (workload.rate_scale) and the scenario re-simulated on the
-identical request stream: first doubling/halving to bracket the boundary, then bisection.
+identical request stream: first doubling/halving to bracket the boundary, then k-section. With
+k = 1 (the default) that is bisection, exactly as before; with k > 1 each round probes k rates at
+once through an executor (`capacity -j N`): a doubling ladder of k rates while bracketing, then k
+evenly spaced rates that cut the bracket into k + 1 parts. The number of rounds is chosen so the
+final bracket is no wider than bisection's, so the answer agrees within that resolution.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pddbench.runner import simulate_summary
 from pddbench.scenario import Scenario
 from pddbench.workload.source import workload_requests
 
+if TYPE_CHECKING:
+    from pddbench.sweep.executors import Executor
 
-def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None) -> dict:
+ProbeMany = Callable[[list[float]], list[dict]]  # absolute rate scales -> their summaries, in order
+LADDER_LIMIT = 8  # bracketing stops at 2**8 and 2**-8 times the scenario's rate
+
+
+def probe_row(scale: float, s: dict) -> dict:
+    return {"rate_scale": round(scale, 6), "offered_rps": s["offered_rps"],
+            "sla_holds": s["sla_holds"], "slo_attainment": s["slo_attainment"],
+            "ttft_p90_ms": s["ttft_ms"]["p90"], "tpot_p90_ms": s["tpot_ms"]["p90"],
+            "goodput_rps": s["goodput_rps"], "cost_per_hour": s["cost_per_hour"]}
+
+
+def section_rounds(iterations: int, k: int) -> int:
+    """Rounds of k-section that narrow the bracket at least as much as `iterations` bisections."""
+    return iterations if k == 1 else math.ceil(iterations * math.log(2) / math.log(k + 1) - 1e-9)
+
+
+def _local_prober(sc: Scenario) -> ProbeMany:
     reqs = workload_requests(sc)
-    base_scale = sc.workload.rate_scale
+
+    def probe_many(scales: list[float]) -> list[dict]:
+        out = []
+        for scale in scales:
+            trial = sc.model_copy(deep=True)
+            trial.workload.rate_scale = scale
+            _, s = simulate_summary(trial, reqs=reqs)
+            if s["interrupted"]:  # Ctrl-C inside the simulator: a partial run is no probe
+                raise KeyboardInterrupt
+            out.append(s)
+        return out
+    return probe_many
+
+
+def _executor_prober(sc: Scenario, executor: "Executor") -> ProbeMany:
+    from pddbench.sweep.payload import make_payload, ship_scenario
+
+    data, blobs = ship_scenario(sc)
+
+    def probe_many(scales: list[float]) -> list[dict]:
+        payloads = []
+        for scale in scales:
+            trial = json.loads(json.dumps(data))
+            trial["workload"]["rate_scale"] = scale
+            payloads.append(make_payload({"kind": "simulate", "scenario": trial}, blobs))
+        out: list[dict | None] = [None] * len(scales)
+        for i, text in executor.run(payloads):
+            res = json.loads(text)
+            if res["status"] != "ok":
+                raise RuntimeError(f"capacity probe at rate_scale {scales[i]:g} failed: {res['error']}")
+            out[i] = res["summary"]
+        return out  # type: ignore[return-value]
+    return probe_many
+
+
+def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
+                    probe_many: ProbeMany | None = None, k: int = 1) -> tuple[dict, dict[float, dict]]:
+    """The search; returns (result, every probe's summary by rate scale)."""
+    probe_many = probe_many or _local_prober(sc)
+    base = sc.workload.rate_scale
     probes: list[dict] = []
+    summaries: dict[float, dict] = {}
 
-    def probe(scale: float) -> bool:
-        trial = sc.model_copy(deep=True)
-        trial.workload.rate_scale = base_scale * scale
-        _, s = simulate_summary(trial, reqs=reqs)
-        row = {"rate_scale": round(base_scale * scale, 6), "offered_rps": s["offered_rps"],
-               "sla_holds": s["sla_holds"], "slo_attainment": s["slo_attainment"],
-               "ttft_p90_ms": s["ttft_ms"]["p90"], "tpot_p90_ms": s["tpot_ms"]["p90"],
-               "goodput_rps": s["goodput_rps"], "cost_per_hour": s["cost_per_hour"]}
-        probes.append(row)
-        if on_step:
-            on_step(row)
-        return s["sla_holds"]
+    def run(scales: list[float]) -> list[bool]:
+        res = probe_many([base * s for s in scales])
+        for scale, s in zip(scales, res):
+            row = probe_row(base * scale, s)
+            probes.append(row)
+            summaries[row["rate_scale"]] = s
+            if on_step:
+                on_step(row)
+        return [s["sla_holds"] for s in res]
 
-    lo, hi = None, None
-    scale = 1.0
-    if probe(scale):
-        lo = scale
-        while hi is None and scale < 256:
-            scale *= 2
-            if probe(scale):
-                lo = scale
-            else:
-                hi = scale
+    def split(scales: list[float], holds: list[bool], lo: float | None, hi: float | None):
+        """Narrow (lo, hi) by probes in ascending order: hi = the lowest that broke the SLA, lo = the
+        highest below it that held (bisection's rule, k at a time)."""
+        for s, ok in zip(scales, holds):
+            if not ok:
+                hi = s
+                break
+            lo = s
+        return lo, hi
+
+    lo: float | None = None
+    hi: float | None = None
+    first = [2.0 ** e for e in range(0, min(k, LADDER_LIMIT + 1))]  # 1, 2, 4, ... (k of them)
+    lo, hi = split(first, run(first), lo, hi)
+    if lo is None:  # the scenario's own rate breaks the SLA: halve down to a rate that holds
+        e = 0
+        while lo is None and e > -LADDER_LIMIT:
+            ladder = [2.0 ** x for x in range(e - 1, max(e - 1 - k, -LADDER_LIMIT - 1), -1)]  # descending
+            holds = run(ladder)
+            for s, ok in zip(ladder, holds):
+                if ok:
+                    lo = s
+                    break
+                hi = s
+            e -= len(ladder)
     else:
-        hi = scale
-        while lo is None and scale > 1 / 256:
-            scale /= 2
-            if probe(scale):
-                lo = scale
-            else:
-                hi = scale
+        e = round(math.log2(first[-1]))
+        while hi is None and e < LADDER_LIMIT:
+            ladder = [2.0 ** x for x in range(e + 1, min(e + 1 + k, LADDER_LIMIT + 1))]
+            lo, hi = split(ladder, run(ladder), lo, hi)
+            e += len(ladder)
     if lo is not None and hi is not None:
-        for _ in range(iterations):
-            mid = (lo + hi) / 2
-            if probe(mid):
-                lo = mid
-            else:
-                hi = mid
+        for _ in range(section_rounds(iterations, k)):
+            mids = [(lo * (k + 1 - j) + hi * j) / (k + 1) for j in range(1, k + 1)]
+            lo, hi = split(mids, run(mids), lo, hi)
     best = max((p for p in probes if p["sla_holds"]), key=lambda p: p["offered_rps"] or 0, default=None)
     thr = best["offered_rps"] if best else 0.0
     cost = probes[0]["cost_per_hour"]
-    return {
+    result = {
         "scenario": sc.name,
         "throughput_within_sla_rps": thr,
         "rate_scale": best["rate_scale"] if best else None,
@@ -68,21 +139,43 @@ def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         "bcr": round(thr / cost, 9) if cost else None,
         "sla": sc.sla.model_dump(),
         "bracketed": lo is not None and hi is not None,
+        "probes_per_round": k,
+        # the final bracket's width in rate scale: how exact the answer is
+        "resolution_rate_scale": round((hi - lo) * base, 6) if lo is not None and hi is not None else None,
         "probes": sorted(probes, key=lambda p: p["rate_scale"]),
     }
+    return result, summaries
+
+
+def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
+                    executor: "Executor | None" = None, probes_per_round: int | None = None) -> dict:
+    """Bisection in this process; with an executor, k-section (k = its workers unless given)."""
+    k = probes_per_round or (executor.workers if executor is not None else 1)
+    prober = _executor_prober(sc, executor) if executor is not None else None
+    return capacity_search(sc, iterations, on_step, prober, k)[0]
 
 
 def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, out: Path | None, results: Path,
-                 on_step: Callable[[dict], None] | None = None) -> tuple[dict, Path]:
+                 on_step: Callable[[dict], None] | None = None, jobs: int = 1, ray: str | None = None,
+                 probes_per_round: int | None = None) -> tuple[dict, Path]:
     """`pddbench capacity`: search the scenario's capacity and write capacity.json and capacity.png
-    into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder."""
+    into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder.
+    `jobs` > 1 or `ray` probes several rates per round through that executor."""
     from pddbench.io import new_run_dir, write_json
     from pddbench.report.capacity_figure import capacity_figure
     from pddbench.scenario import load_scenario
+    from pddbench.sweep.executors import make_executor
 
     sc = load_scenario(scenario, overrides)
-    result = search_capacity(sc, iterations, on_step=on_step)
+    if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
+        result = search_capacity(sc, iterations, on_step=on_step)
+    else:
+        with make_executor(jobs, ray) as ex:
+            result = search_capacity(sc, iterations, on_step=on_step, executor=ex, probes_per_round=probes_per_round)
     folder = out or new_run_dir(results, f"{sc.name}-capacity")
+    from pddbench.provenance import provenance
+
+    result["provenance"] = provenance()
     write_json(folder / "capacity.json", result)
     capacity_figure(result, folder / "capacity.png")
     return result, folder

@@ -1,0 +1,160 @@
+"""Executors run tasks (JSON text + file bytes, see payload.py) and yield (index, result JSON) as
+they finish: in this process (-j 1), in a local process pool (-j N) or on Ray (--ray [ADDRESS]).
+Results do not depend on which: every backend calls the same tasks.execute."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Iterator, Sequence
+
+from pddbench.errors import UserError
+from pddbench.sweep.payload import Payload
+from pddbench.sweep.tasks import execute
+
+
+def _failed(error: str) -> str:
+    return json.dumps({"status": "failed", "error": error, "wall_s": None}, sort_keys=True)
+
+
+class Executor:
+    name = "inline"
+    workers = 1
+
+    def run(self, payloads: Sequence[Payload]) -> Iterator[tuple[int, str]]:
+        raise NotImplementedError
+
+    def close(self, cancel: bool = False) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"executor": self.name, "workers": self.workers}
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        self.close(cancel=exc_type is not None)
+
+
+class InlineExecutor(Executor):
+    """In this process, one task at a time (Ctrl-C reaches the simulation directly)."""
+
+    def run(self, payloads):
+        for i, p in enumerate(payloads):
+            yield i, execute(p.task, *p.blobs)
+
+
+def _quiet_worker() -> None:
+    # Ctrl-C is the parent's to handle: it keeps what finished and ends the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class PoolExecutor(Executor):
+    """A local process pool (forkserver where available, else spawn: no fork of a threaded
+    parent). Workers start on first use and are reused across run() calls."""
+    name = "process-pool"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(["pddbench.sweep.tasks", "pddbench.runner"])
+        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker)
+
+    def run(self, payloads):
+        futures = {self._pool.submit(execute, p.task, *p.blobs): i for i, p in enumerate(payloads)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in sorted(done, key=futures.get):
+                try:
+                    yield futures[f], f.result()
+                except Exception as exc:  # a worker died (BrokenProcessPool, out of memory): record it
+                    yield futures[f], _failed(f"{type(exc).__name__}: {exc}")
+
+    def close(self, cancel: bool = False) -> None:
+        procs = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=not cancel, cancel_futures=True)
+        if cancel:  # do not wait for running tasks after Ctrl-C: end them
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(5)
+
+
+class RayExecutor(Executor):
+    """Ray: a local runtime (address None, `workers` CPUs) or an existing cluster. Each distinct
+    data file is put in the object store once; tasks get its reference, a JSON string and nothing
+    else of ours."""
+    name = "ray"
+
+    def __init__(self, address: str | None, workers: int | None):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--ray needs the ray package: pip install 'pddbench[cluster]' "
+                            "(or pip install 'ray[default]')") from None
+        self._ray = ray
+        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers or os.cpu_count(), **kwargs)
+        self.address = address or "local"
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(num_cpus=1, max_retries=1)(execute)
+        self._refs: dict[bytes, object] = {}  # blob -> object ref, so each file is sent once
+        self._pending: list = []
+
+    def describe(self) -> dict:
+        return {"executor": self.name, "workers": self.workers, "address": self.address,
+                "ray": self._ray.__version__}
+
+    def _ref(self, blob: bytes):
+        if blob not in self._refs:
+            self._refs[blob] = self._ray.put(blob)
+        return self._refs[blob]
+
+    def run(self, payloads):
+        ray = self._ray
+        index = {}
+        for i, p in enumerate(payloads):
+            index[self._remote.remote(p.task, *[self._ref(b) for b in p.blobs])] = i
+        self._pending = list(index)
+        while self._pending:
+            done, self._pending = ray.wait(self._pending, num_returns=1)
+            for ref in done:
+                try:
+                    yield index[ref], ray.get(ref)
+                except Exception as exc:  # the worker or node died: record it with the point
+                    yield index[ref], _failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self._pending:
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - already finished or gone
+                    pass
+        self._ray.shutdown()
+
+
+def default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+def make_executor(jobs: int | None, ray: str | None = None, tasks: int | None = None) -> Executor:
+    """-j N (0 or None: all cores) -> inline for 1, a process pool otherwise (no more workers
+    than tasks); `ray` ("" or "local" for a local runtime, else a cluster address) -> Ray."""
+    jobs = jobs or default_jobs()
+    if ray is not None:
+        return RayExecutor(None if ray in ("", "local") else ray, jobs if ray in ("", "local") else None)
+    if tasks is not None:
+        jobs = max(1, min(jobs, tasks))
+    return InlineExecutor() if jobs == 1 else PoolExecutor(jobs)
