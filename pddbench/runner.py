@@ -66,7 +66,7 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
                         "(colocated | same_dc_pd | cross_dc_pd | pdd) and, to simulate, its pools")
     if sc.runtime == "live":
         return _run_live(sc, path, overrides, results_root, out)
-    reqs = simulable_requests(sc)  # a bad trace is refused before the folder is claimed
+    reqs = simulable_requests(sc, str(path))  # a bad trace is refused before the folder is claimed
     with run_folder(out, results_root, sc.name) as folder:
         write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
         records, summary = simulate_summary(sc, show_progress=True, reqs=reqs)
@@ -78,14 +78,14 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
     return folder.path
 
 
-def simulable_requests(sc: Scenario, slowest_scale: float = 1.0) -> list:
+def simulable_requests(sc: Scenario, where: str, slowest_scale: float = 1.0) -> list:
     """The scenario's requests, refused when their arrivals (slowed down by `slowest_scale`)
     would span more simulated time than any real trace."""
     from pddbench.workload.source import workload_requests
     from pddbench.workload.trace import check_simulated_span
 
     reqs = workload_requests(sc)
-    check_simulated_span(reqs, sc.workload.rate_scale * slowest_scale, sc.workload.trace or "workload")
+    check_simulated_span(reqs, sc.workload.rate_scale * slowest_scale, where)
     return reqs
 
 

@@ -6,14 +6,17 @@ resolved scenario (after overrides) is saved with every run.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
+from pddbench.loading import is_stdin, load_yaml, load_yaml_value, read_text
 from pddbench.shipped import resolve_scenario, shipped_scenario_names
 from pddbench.runtime_config import LatencyConfig, LiveConfig
 from pddbench.workload.fixed import FixedConfig
@@ -187,41 +190,44 @@ class Scenario(_Strict):
 
 # -- loading ---------------------------------------------------------------------------------
 
+MAX_INT = 2**63 - 1  # every integer in a scenario fits int64
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise UserError(f"--set '{text}': expected dotted.path=value, e.g. --set sla.ttft_ms=1500")
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise UserError(f"--set '{text}': empty path component")
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
+    if not raw.strip():
+        raise InputError("--set", f"has an empty value in '{text}'; give one (null unsets a field)", field=key)
+    return key.split("."), load_yaml_value(raw)
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     for text in overrides:
         path, value = parse_override(text)
         node = data
-        for part in path[:-1]:
+        for i, part in enumerate(path[:-1]):
             nxt = node.get(part)
             if not isinstance(nxt, dict):
                 nxt = {} if nxt is None else nxt
                 if not isinstance(nxt, dict):
-                    raise UserError(f"--set '{text}': '{part}' is not a mapping")
+                    whole = ".".join(path[: i + 1])
+                    raise UserError(f"--set '{text}': {whole} is {nxt!r}, not a mapping; set it whole "
+                                    f"(--set {whole}={{...}})")
                 node[part] = nxt
             node = nxt
         node[path[-1]] = value
     return data
 
 
-def _yaml_line(text: str, loc: tuple) -> int | None:
-    """1-based line of the deepest YAML node on the path `loc`, for error messages."""
+def _yaml_line(text: str, loc: tuple) -> tuple[int | None, bool]:
+    """1-based line of the deepest YAML node on the path `loc`, and whether all of `loc` was found."""
     try:
         node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
+    except (yaml.YAMLError, RecursionError):
+        return None, False
     line = None
     for key in loc:
         if isinstance(node, yaml.MappingNode):
@@ -230,13 +236,25 @@ def _yaml_line(text: str, loc: tuple) -> int | None:
                     line, node = k.start_mark.line + 1, v
                     break
             else:
-                return line
+                return line, False
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             node = node.value[key]
             line = node.start_mark.line + 1
         else:
-            return line
-    return line
+            return line, False
+    return line, True
+
+
+Layers = list[tuple[Path, str]]  # the scenario file, then the bases it extends: (path, text)
+
+
+def _where(layers: Layers, loc: tuple) -> tuple[Path, int | None]:
+    """The file (the scenario or the base that sets it) and line of the value at `loc`."""
+    for path, text in layers:
+        line, complete = _yaml_line(text, loc)
+        if complete:
+            return path, line
+    return layers[0][0], _yaml_line(layers[0][1], loc)[0]
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -246,52 +264,87 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, str]:
+def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, Layers]:
     """A scenario mapping; `extends: other.yaml` (relative to the file) is merged underneath."""
-    if not path.is_file():
+    if path.is_dir() or not (path.exists() or is_stdin(path)):
         what = "is a directory, not a scenario file" if path.is_dir() else "no such scenario file"
         raise InputError(str(path), f"{what} (shipped scenarios: {', '.join(shipped_scenario_names())})")
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(str(path), f"is not valid YAML ({getattr(exc, 'problem', exc)})",
-                         line=mark.line + 1 if mark else None) from None
+    text = read_text(path, "scenario file")
+    data = load_yaml(text, str(path))
+    if data is None:
+        raise InputError(str(path), "is empty: a scenario is a YAML mapping (see scenarios/paper/)")
     if not isinstance(data, dict):
         raise InputError(str(path), "must be a YAML mapping")
     parent = data.pop("extends", None)
-    if parent is not None:
-        if depth > 8:
-            raise InputError(str(path), "extends nests too deep (a cycle?)", field="extends")
-        base, _ = _read_yaml(path.parent / str(parent), depth + 1)
-        data = _deep_merge(base, data)
-    return data, text
+    if parent is None:
+        return data, [(path, text)]
+    if not isinstance(parent, str) or not parent.strip():
+        raise InputError(str(path), "must name a base scenario file", _yaml_line(text, ("extends",))[0], "extends")
+    if depth > 8:
+        raise InputError(str(path), "extends nests too deep (a cycle?)", field="extends")
+    base, layers = _read_yaml(path.parent / parent, depth + 1)
+    return _deep_merge(base, data), [(path, text), *layers]
 
 
 def _resolve_beside(data: dict, section: str, key: str, scenario: Path, overrides: list[str]) -> None:
     """Relative data paths in a scenario file are relative to that file, so scenarios travel with
     their data; a path given with --set stays relative to the working directory."""
-    value = (data.get(section) or {}).get(key)
-    if (isinstance(value, str) and not Path(value).is_absolute()
+    block = data.get(section)
+    value = block.get(key) if isinstance(block, dict) else None
+    if (isinstance(value, str) and value and not Path(value).is_absolute()
             and not any(o.startswith(f"{section}.{key}=") for o in overrides)
             and (scenario.parent / value).exists()):
         data[section][key] = str(scenario.parent / value)
 
 
+def _numbers(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
+    """(location, problem) of every non-finite float and every integer beyond int64."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _numbers(v, (*loc, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _numbers(v, (*loc, i))
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield loc, f"must be a finite number, got {node}"
+    elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+        yield loc, f"is beyond 64 bits ({len(str(node))} digits)"
+
+
+def _refuse(layers: Layers, loc: tuple, msg: str, overrides: list[str]) -> InputError:
+    field = ".".join(map(str, loc))
+    if any(o.split("=", 1)[0] == field for o in overrides):
+        return InputError(str(layers[0][0]), msg + " (from --set)", field=field)
+    path, line = _where(layers, loc)
+    return InputError(str(path), msg, line=line, field=field)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "LinkProfile"}
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """pydantic's location without union-branch tags such as 'function-after[_check(), LinkProfile]'."""
+    return tuple(p for p in loc if isinstance(p, int) or not (p in _TYPE_TAGS or re.search(r"[\[\](),]", p)))
+
+
+def _clean_msg(msg: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return re.sub(r"function-(after|before|wrap|plain)\[[^\]]*\]", "value", msg)
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """A scenario by path, or a shipped one by name (e.g. 'paper/pdd')."""
+    overrides = overrides or []
     path = resolve_scenario(path)
-    data, text = _read_yaml(path)
-    data = apply_overrides(data, overrides or [])
+    data, layers = _read_yaml(path)
+    data = apply_overrides(data, overrides)
     for section, key in (("workload", "trace"), ("latency", "calibration_csv")):
-        _resolve_beside(data, section, key, path, overrides or [])
+        _resolve_beside(data, section, key, path, overrides)
+    for loc, problem in _numbers(data):
+        raise _refuse(layers, loc, problem, overrides)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "LinkProfile")))
-        field = ".".join(map(str, loc))
-        via_set = any(o.split("=", 1)[0] == field for o in overrides or [])
-        msg = err["msg"].removeprefix("Value error, ") + (" (from --set)" if via_set else "")
-        raise InputError(str(path), msg, line=_yaml_line(text, loc), field=field) from None
+        raise _refuse(layers, _clean_loc(err["loc"]), _clean_msg(err["msg"]), overrides) from None
