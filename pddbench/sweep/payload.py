@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pddbench.errors import UserError
+from pddbench.errors import InputError, UserError
 from pddbench.scenario import Scenario
 
 FILE_FIELDS = (("workload", "trace", ".jsonl"), ("latency", "calibration_csv", ".csv"))
@@ -30,12 +30,17 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def ship_scenario(sc: Scenario) -> tuple[dict, dict[str, bytes]]:
+def ship_scenario(sc: Scenario, cache: dict | None = None) -> tuple[dict, dict[str, bytes]]:
     """The scenario as JSON data, self-contained: profiles inlined, data files by digest; and the
-    files' bytes by digest. Raises UserError for an unknown profile or an unreadable file."""
+    files' bytes by digest (`cache` keeps files read for earlier points). Raises InputError naming
+    the field for an unknown profile or an unreadable file."""
+    cache = {} if cache is None else cache
     data = sc.model_dump(mode="json")
-    data["network"]["wan"] = sc.network.wan_profile().model_dump(mode="json")
-    data["network"]["rdma"] = sc.network.rdma_profile().model_dump(mode="json")
+    for name in ("wan", "rdma"):
+        try:
+            data["network"][name] = getattr(sc.network, f"{name}_profile")().model_dump(mode="json")
+        except UserError as exc:
+            raise InputError("scenario", str(exc), field=f"network.{name}") from None
     blobs: dict[str, bytes] = {}
     for section, key, _ in FILE_FIELDS:
         path = data[section].get(key)
@@ -44,11 +49,13 @@ def ship_scenario(sc: Scenario) -> tuple[dict, dict[str, bytes]]:
         if section == "workload" and sc.workload.resolved_source() != "trace":
             data[section][key] = None  # not read by this scenario: not part of what it is
             continue
-        try:
-            content = Path(path).read_bytes()
-        except OSError as exc:
-            raise UserError(f"{section}.{key}: cannot read {path} ({exc.strerror or exc})") from None
-        d = digest(content)
+        if path not in cache:
+            try:
+                content = Path(path).read_bytes()
+            except OSError as exc:
+                raise InputError(str(path), f"cannot read it ({exc.strerror or exc})", field=f"{section}.{key}") from None
+            cache[path] = (digest(content), content)
+        d, content = cache[path]
         data[section][key] = _PREFIX + d
         blobs[d] = content
     return data, blobs
