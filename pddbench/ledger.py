@@ -1,0 +1,93 @@
+"""The ledger: every figure of the article as a row with the article's value, the simulated
+value over several seeds (mean and spread), a verdict and what it depends on.
+
+A claim is compared in one of three ways: `value` (the simulated value must lie within a stated
+tolerance of the article's), `change` (a relative change: the sign must agree, and the size
+within the tolerance for "reproduced"), or `range` (the simulated value must fall inside the
+article's range). A claim with no simulated value is "not measurable", with the reason."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Verdict = Literal["reproduced", "same sign only", "not reproduced", "not measurable"]
+VERDICTS: tuple[Verdict, ...] = ("reproduced", "same sign only", "not reproduced", "not measurable")
+
+
+@dataclass
+class Claim:
+    id: str
+    figure: str                     # what the article reports, in words
+    article: float | tuple[float, float] | None  # a value, or a (low, high) range
+    unit: str                       # "%", "s", "KB", "share", ...
+    kind: Literal["value", "change", "range"]
+    tolerance: float = 0.0          # absolute, in the claim's unit
+    depends_on: str = ""            # the assumptions the simulated value rests on
+
+
+@dataclass
+class Row:
+    claim: Claim
+    values: list[float] = field(default_factory=list)  # one per seed
+    note: str = ""                  # how it was measured, or why it could not be
+
+    @property
+    def mean(self) -> float | None:
+        vals = [v for v in self.values if v is not None and math.isfinite(v)]
+        return sum(vals) / len(vals) if vals else None
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        vals = [v for v in self.values if v is not None and math.isfinite(v)]
+        return (min(vals), max(vals)) if vals else None
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(self.claim, self.mean)
+
+    def to_json(self) -> dict:
+        return {**asdict(self.claim), "simulated_mean": self.mean, "simulated_spread": self.spread,
+                "simulated_values": self.values, "seeds": len(self.values), "verdict": self.verdict,
+                "note": self.note}
+
+
+def verdict(claim: Claim, sim: float | None) -> Verdict:
+    if sim is None or claim.article is None:
+        return "not measurable"
+    if claim.kind == "range":
+        lo, hi = claim.article  # type: ignore[misc]
+        return "reproduced" if lo - claim.tolerance <= sim <= hi + claim.tolerance else "not reproduced"
+    art = float(claim.article)  # type: ignore[arg-type]
+    if abs(sim - art) <= claim.tolerance:
+        return "reproduced"
+    if claim.kind == "change" and sim * art > 0:
+        return "same sign only"
+    return "not reproduced"
+
+
+def fmt(value: float | tuple[float, float] | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return f"{fmt(value[0], unit)} .. {fmt(value[1], unit)}"
+    if unit == "%":
+        return f"{value:+.1f} %"
+    if unit == "share":
+        return f"{100 * value:.1f} %"
+    return f"{value:,.4g} {unit}".strip()
+
+
+def row_cells(row: Row) -> list[str]:
+    c = row.claim
+    sim = fmt(row.mean, c.unit)
+    if row.spread and len(row.values) > 1 and row.spread[0] != row.spread[1]:
+        sim += f" ({fmt(row.spread[0], c.unit)} .. {fmt(row.spread[1], c.unit)}, {len(row.values)} seeds)"
+    tol = f" (± {fmt(c.tolerance, c.unit).lstrip('+')})" if c.tolerance and c.kind != "range" else ""
+    return [c.figure, fmt(c.article, c.unit) + tol, sim, row.verdict, c.depends_on + (f" {row.note}" if row.note else "")]
+
+
+def markdown_table(rows: list[Row]) -> str:
+    head = "| figure | article | simulated | verdict | depends on |\n| --- | ---: | ---: | --- | --- |\n"
+    return head + "".join("| " + " | ".join(cell.replace("|", "/") for cell in row_cells(r)) + " |\n" for r in rows)
