@@ -65,8 +65,8 @@ class SynthConfig(BaseModel):
     def _hist(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if len(v) != N_BUCKETS:
             raise ValueError(f"needs {N_BUCKETS} fractions (buckets {HIST_EDGES_PCT}), got {len(v)}")
-        if any(f < 0 for f in v):
-            raise ValueError("fractions must be >= 0")
+        if any(not math.isfinite(f) or f < 0 for f in v):
+            raise ValueError("fractions must be finite and >= 0")
         if abs(sum(v) - 1.0) > 1e-3:
             raise ValueError(f"fractions must sum to 1, got {sum(v):.4f}")
         return tuple(f / sum(v) for f in v)
@@ -261,12 +261,18 @@ def synthesize(cfg: SynthConfig) -> list[Request]:
     return reqs
 
 
-def synth_trace(requests: int, seed: int, target_hist: str, rate_rps: float, singular_share: float) -> list[Request]:
+def synth_trace(requests: int, seed: int, target_hist: str, rate_rps: float, singular_share: float,
+                out=None) -> list[Request]:
     """`pddbench trace synth`: the options as typed (the histogram as comma-separated fractions),
-    checked by SynthConfig; a bad value is reported as a UserError naming the option."""
+    checked by SynthConfig; a bad value is reported as a UserError naming the option. `out`, the
+    file the caller will write, is checked first."""
     from pydantic import ValidationError
 
     from pddbench.errors import UserError
+    from pddbench.io import check_out_place
+
+    if out is not None:
+        check_out_place(out, "--out", folder=False)
 
     try:
         hist = tuple(float(x) for x in target_hist.split(","))
@@ -278,5 +284,6 @@ def synth_trace(requests: int, seed: int, target_hist: str, rate_rps: float, sin
                           singular_share=singular_share)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UserError(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}") from None
+        option = "--" + "-".join(map(str, err["loc"])).replace("_", "-") if err["loc"] else "options"
+        raise UserError(f"{option}: {err['msg'].removeprefix('Value error, ')}") from None
     return synthesize(cfg)
