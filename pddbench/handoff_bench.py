@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pddbench.errors import UserError
-from pddbench.io import claim_out_folder, new_run_dir
+from pddbench.io import run_folder
 from pddbench.live import handoff_bench as hb
 
 
@@ -32,17 +32,22 @@ def run_handoff_bench(cfg: BenchSettings, out: Path | None, results: Path) -> tu
     """Measure both handoffs, write handoff_bench.json, trials.csv and the CDF figure into `out`
     (new or empty) or a new results/handoff-bench/<run-id>/; returns the summary and the folder."""
     from netem import load_profile
+    from pddbench.live.replay import check_endpoint
+    from pddbench.runner import check_out_options
 
+    if cfg.md_endpoint:
+        check_endpoint(cfg.md_endpoint, "--md-endpoint")
+    check_out_options(out, results)
     link_profile = load_profile(cfg.profile)  # a bad profile fails before any folder is made
-    run_dir = claim_out_folder(out) if out else new_run_dir(results, "handoff-bench")
-    recompute, source = measure_recompute(cfg)
-    rows, link = hb.measure_over_link(cfg.tokens, cfg.kv_bytes_per_token, cfg.trials, cfg.seed, link_profile,
-                                      cfg.loopback)
-    meta = {"tokens": cfg.tokens, "kv_bytes_per_token": cfg.kv_bytes_per_token, "trials": cfg.trials,
-            "context_tokens": cfg.context_tokens, "link": link}
-    summary = hb.summarize_bench(rows, recompute, source, meta)
-    hb.write_bench(run_dir, rows, recompute, summary)
-    return summary, run_dir
+    with run_folder(out, results, "handoff-bench") as folder:
+        recompute, source = measure_recompute(cfg)
+        rows, link = hb.measure_over_link(cfg.tokens, cfg.kv_bytes_per_token, cfg.trials, cfg.seed, link_profile,
+                                          cfg.loopback)
+        meta = {"tokens": cfg.tokens, "kv_bytes_per_token": cfg.kv_bytes_per_token, "trials": cfg.trials,
+                "context_tokens": cfg.context_tokens, "link": link}
+        summary = hb.summarize_bench(rows, recompute, source, meta)
+        hb.write_bench(folder.path, rows, recompute, summary)
+    return summary, folder.path
 
 
 def measure_recompute(cfg: BenchSettings) -> tuple[list[float], str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import aiohttp
+import orjson
 
 from pddbench.live.sse import DONE, SSEError, SSEParser
 from pddbench.records import derive_latencies
@@ -41,6 +42,14 @@ class Outcome:
     cached_tokens: int = 0
     failure: str = ""
     server: dict = field(default_factory=dict)  # extra fields a test endpoint reports
+
+
+WARM_TIMEOUT_S = 10.0  # the warm-up's own limit: a server that never answers it fails the run fast
+REASON_CHARS = 200  # a server's error message kept in failure_reason, cut to this length
+
+
+class BadResponse(ValueError):
+    """A well-formed event whose fields do not have the OpenAI schema's types."""
 
 
 def _now() -> float:
@@ -74,14 +83,21 @@ class ReplayClient:
                 "ignore_eos": True, "temperature": 0.0, "stream": True, "return_token_ids": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": False}, **self.extra_body}
 
-    async def _warm(self, session: aiohttp.ClientSession, n: int) -> None:
-        async def ping() -> None:
+    async def _warm(self, session: aiohttp.ClientSession, n: int) -> bool:
+        """Open n connections; False when no ping was answered within WARM_TIMEOUT_S (a server
+        that accepts connections and never answers)."""
+        limit = aiohttp.ClientTimeout(total=WARM_TIMEOUT_S, sock_connect=WARM_TIMEOUT_S)
+
+        async def ping() -> bool:
             try:
-                async with session.get(self.base + "/v1/models") as resp:
+                async with session.get(self.base + "/v1/models", timeout=limit) as resp:
                     await resp.read()
+                return True
+            except asyncio.TimeoutError:
+                return False
             except aiohttp.ClientError:
-                pass
-        await asyncio.gather(*(ping() for _ in range(n)))
+                return True  # refused or reset: the requests will say so themselves
+        return any(await asyncio.gather(*(ping() for _ in range(n))))
 
     async def _one(self, session: aiohttp.ClientSession, req: LiveRequest, t0: float, out: Outcome) -> None:
         parser = SSEParser()
@@ -89,8 +105,7 @@ class ReplayClient:
         try:
             async with session.post(self.url, json=self.body(req)) as resp:
                 if resp.status != 200:
-                    out.failure = f"http_{resp.status}"
-                    await resp.read()
+                    out.failure = _reason(f"http_{resp.status}", _error_message(await resp.read()))
                     return
                 async for chunk in resp.content.iter_any():
                     arrived = _now() - t0
@@ -98,36 +113,39 @@ class ReplayClient:
                         self._event(ev, arrived, out)
                 for ev in parser.close():
                     self._event(ev, _now() - t0, out)
-            if not out.token_times_s:
+            if not out.token_times_s and not out.failure:
                 out.failure = "no_tokens"
         except SSEError:
             out.failure = "malformed_stream"
+        except BadResponse as exc:
+            out.failure = _reason("bad_response", str(exc))
         except asyncio.TimeoutError:
             out.failure = "timeout"
         except aiohttp.ClientConnectionError:
             out.failure = "connection_error"
         except aiohttp.ClientError as exc:
             out.failure = f"client_error:{type(exc).__name__}"
+        except asyncio.CancelledError:
+            out.failure = "interrupted"
+            raise
 
     @staticmethod
     def _event(ev: object, arrived: float, out: Outcome) -> None:
-        if ev is DONE or not isinstance(ev, dict):
+        if ev is DONE or out.failure:
             return
+        if not isinstance(ev, dict):
+            raise BadResponse(f"event is {type(ev).__name__}, not an object")
         if "error" in ev:
-            out.failure = "server_error"
+            out.failure = _reason("server_error", _message_of(ev["error"]))
             return
-        for choice in ev.get("choices") or []:
-            ids = choice.get("token_ids")
-            n = len(ids) if ids else (1 if choice.get("text") else 0)
-            if ids:
-                out.token_ids.extend(ids)
-            out.token_times_s.extend([arrived] * n)
-        usage = ev.get("usage")
+        for choice in _typed(ev.get("choices"), list, "choices") or []:
+            _choice(_typed(choice, dict, "choices[]"), arrived, out)
+        usage = _typed(ev.get("usage"), dict, "usage")
         if usage:
-            details = usage.get("prompt_tokens_details") or {}
-            out.cached_tokens = int(details.get("cached_tokens") or 0)
+            details = _typed(usage.get("prompt_tokens_details"), dict, "usage.prompt_tokens_details") or {}
+            out.cached_tokens = _count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens")
         if "server_timing" in ev:
-            out.server = ev["server_timing"]
+            out.server = _typed(ev["server_timing"], dict, "server_timing") or {}
         if isinstance(ev.get("pdd"), dict):  # the PDD router's account of the request
             out.server = ev["pdd"]
 
@@ -144,7 +162,13 @@ class ReplayClient:
             outcomes = []
         outcomes[:] = [Outcome(r) for r in reqs]
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            await self._warm(session, min(limit, max(1, len(reqs)), 64))
+            t0 = _now()
+            if not await self._warm(session, min(limit, max(1, len(reqs)), 64)):
+                for o in outcomes:
+                    o.send_s, o.failure = _now() - t0, f"warmup_timeout: no answer to GET /v1/models in {WARM_TIMEOUT_S:g} s"
+                    if on_done:
+                        on_done(o)
+                return outcomes, t0
             t0 = _now()
             if concurrency:
                 sem = asyncio.Semaphore(concurrency)
@@ -171,6 +195,51 @@ class ReplayClient:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
         return outcomes, t0
+
+
+def _typed(value, kind: type, name: str):
+    if value is not None and not isinstance(value, kind):
+        raise BadResponse(f"{name} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+def _count(value, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadResponse(f"{name} is {value!r}, not a count")
+    return value
+
+
+def _choice(choice: dict, arrived: float, out: Outcome) -> None:
+    ids = _typed(choice.get("token_ids"), list, "choices[].token_ids")
+    if ids and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise BadResponse("choices[].token_ids holds something other than integers")
+    text = _typed(choice.get("text"), str, "choices[].text")
+    n = len(ids) if ids else (1 if text else 0)
+    if ids:
+        out.token_ids.extend(ids)
+    out.token_times_s.extend([arrived] * n)
+
+
+def _message_of(error: object) -> str:
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    return str(error)
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an OpenAI-style (JSON) error body; '' for anything else."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    return _message_of(obj.get("error", obj) if isinstance(obj, dict) else obj)
+
+
+def _reason(kind: str, message: str) -> str:
+    message = " ".join(message.split())[:REASON_CHARS]
+    return f"{kind}: {message}" if message else kind
 
 
 def run_sync(coro):

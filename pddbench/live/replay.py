@@ -3,6 +3,7 @@ same records and summary as the simulator."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -44,14 +45,12 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
     counts = {"done": 0, "failed": 0}
     ttfts: list[float] = []
     outcomes: list = []
-    finished: set[int] = set()
     interrupted = False
     with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("", total=len(reqs))
 
         def on_done(o) -> None:
-            finished.add(o.req.request_id)
             counts["failed" if o.failure else "done"] += 1
             if not o.failure and o.token_times_s:
                 ttfts.append((o.token_times_s[0] - o.send_s) * 1000)
@@ -63,12 +62,9 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
 
         try:
             run_sync(client.run(reqs, concurrency, on_done, outcomes))
-        except KeyboardInterrupt:  # keep what was measured; requests still in flight count as failed
+        except KeyboardInterrupt:  # keep what was measured; requests in flight are failed as interrupted
             interrupted = True
-            for o in outcomes:
-                if o.req.request_id not in finished and not o.failure:
-                    o.failure = "interrupted"
-            outcomes = [o for o in outcomes if o.req.request_id in finished or o.token_times_s]
+            outcomes = _sent(outcomes)
     records = to_frame([outcome_record(o, pipeline) for o in outcomes])
     write_records(out / "records.parquet", records)
     summary = summarize(records, deployment=pipeline, sla_ttft_ms=sla[0], sla_tpot_ms=sla[1], sla_percentile_q=sla[2])
@@ -78,7 +74,6 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
     summary["interrupted"] = interrupted
     write_json(out / "summary.json", summary)
     if interrupted:
-        console.print(f"[yellow]interrupted[/]: kept {len(records)} requests in {out}")
         raise KeyboardInterrupt
     if not summary["schedule_ok"]:
         console.print(f"[bold red]schedule lag p99 {lag_p99:.1f} ms exceeds {lag_tolerance_ms} ms[/]: "
@@ -86,18 +81,56 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
     return summary
 
 
+def _sent(outcomes: list) -> list:
+    """The requests that were sent; one still in flight at Ctrl-C is failed as 'interrupted'."""
+    sent = [o for o in outcomes if not math.isnan(o.send_s)]
+    for o in sent:
+        if not o.failure and not o.token_times_s:  # the client's cancellation did not reach it
+            o.failure = "interrupted"
+    return sent
+
+
 def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, results: Path,
                  **options) -> tuple[dict, Path]:
-    """`pddbench replay`: check the load options, load the trace, claim the run folder (`out`, new
-    or empty, or a new RESULTS/replay/<run-id>/) and replay; `options` are replay()'s keywords."""
-    from pddbench.errors import UserError
-    from pddbench.io import claim_out_folder, new_run_dir
+    """`pddbench replay`: check the endpoint, the load options and the output place, load the
+    trace, claim the run folder (`out`, new or empty, or a new RESULTS/replay/<run-id>/) and
+    replay; `options` are replay()'s keywords. Exit 1 (RunFailed) when every request failed."""
+    from pddbench.errors import RunFailed, UserError
+    from pddbench.io import run_folder
+    from pddbench.runner import check_out_options
     from pddbench.workload.trace import load_trace
 
+    check_endpoint(endpoint, "--endpoint")
     if sum(options.get(k) is not None for k in ("time_scale", "rate", "concurrency")) > 1:
         raise UserError("choose one of --time-scale, --rate, --concurrency")
     if options.get("arrival", "poisson") not in ("constant", "poisson", "gamma"):
         raise UserError(f"--arrival '{options['arrival']}': choose constant, poisson or gamma")
+    check_out_options(out, results)
     reqs = load_trace(trace_path, options.get("block_size", 512))
-    folder = new_run_dir(results, "replay") if out is None else claim_out_folder(out)
-    return replay(endpoint, model, reqs, folder, **options), folder
+    with run_folder(out, results, "replay") as folder:
+        try:
+            summary = replay(endpoint, model, reqs, folder.path, **options)
+        except KeyboardInterrupt:
+            if (folder.path / "summary.json").is_file():
+                folder.interrupted("the requests sent so far (summary interrupted: true; in-flight ones failed "
+                                   "as 'interrupted')")
+            raise
+    if summary["requests_total"] and not summary["requests_completed"]:
+        reasons = ", ".join(f"{k} x{v}" for k, v in summary["failure_reasons"].items())
+        raise RunFailed(f"every request failed ({reasons}); records and summary in {folder.path}")
+    return summary, folder.path
+
+
+def check_endpoint(url: str, option: str) -> None:
+    """An http(s) URL with a host, refused in one line before anything starts."""
+    from urllib.parse import urlsplit
+
+    from pddbench.errors import UserError
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise UserError(f"{option} '{url}': not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{option} '{url}': expected an http(s) URL with a host, e.g. http://127.0.0.1:8000")
