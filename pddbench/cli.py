@@ -107,6 +107,11 @@ def capacity_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for capacity.json and capacity.png (default: a new results/<name>-capacity/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    jobs: int = typer.Option(1, "-j", "--jobs", min=0, help="Worker processes (0: all cores). With N > 1, N rates are "
+                             "probed per round (k-section); the answer agrees with -j 1 within the search's resolution."),
+    ray: bool = typer.Option(False, "--ray", help="Probe on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),
+    probes_per_round: Optional[int] = typer.Option(None, "--probes-per-round", min=1, max=64,
+                                                   help="Rates probed per round (default: the workers)."),
 ) -> None:
     """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds;
     reports throughput_within_sla_rps and bcr (that rate per unit of hardware cost per hour)."""
@@ -114,12 +119,40 @@ def capacity_cmd(
 
     result, folder = run_capacity(scenario, set_, iterations, out, results, on_step=lambda r: console.print(
         f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken'}"
-        f"  (p90 TTFT {r['ttft_p90_ms'] or 0:,.0f} ms, p90 TPOT {r['tpot_p90_ms'] or 0:,.1f} ms)", highlight=False))
+        f"  (p90 TTFT {r['ttft_p90_ms'] or 0:,.0f} ms, p90 TPOT {r['tpot_p90_ms'] or 0:,.1f} ms)", highlight=False),
+        jobs=jobs, ray="" if ray else None, probes_per_round=probes_per_round)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
         console.print(f"throughput within SLA: [bold]{result['throughput_within_sla_rps']:.3f} req/s[/], "
                       f"cost {result['cost_per_hour']}/h, BCR {result['bcr']}; wrote {folder}")
+
+
+@app.command("sweep")
+def sweep_cmd(
+    sweep_file: Path = typer.Argument(..., help="Sweep YAML: base scenario, axes, measure (see scenarios/sweeps/)."),
+    address: Optional[str] = typer.Argument(None, help="With --ray: a Ray cluster's address (host:port); "
+                                            "without one, --ray starts a local Ray runtime."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Sweep folder (new or empty). Default: results/<name>-sweep/<run-id>/."),
+    jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes (0: all cores; 1: in this process). "
+                             "Results do not depend on it; with --ray, the local runtime's CPUs."),
+    ray: bool = typer.Option(False, "--ray", help="Run the points on Ray: `--ray` local, `--ray HOST:PORT` a cluster."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Finish an earlier sweep in this folder: points "
+                                          "finished there are skipped (failed ones run again)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+) -> None:
+    """Run a scenario over a grid of settings: every point is validated first, then simulated
+    (`measure: run`) or capacity-searched (`measure: capacity`) on a process pool or Ray. Writes
+    points.parquet (one row per point and repeat), sweep.json, timings.json, figures, summary.md
+    and points/ (one file per finished point: what --resume skips). Ctrl-C keeps what finished."""
+    from pddbench.sweep.run import run_sweep
+
+    if address is not None and not ray:
+        raise UserError(f"'{address}': a second argument is a Ray address and needs --ray")
+    if out is not None and resume is not None:
+        raise UserError("--out and --resume: give one (--resume writes into the earlier sweep's folder)")
+    folder = run_sweep(sweep_file, out, resume, jobs or None, (address or "") if ray else None, results)
+    console.print(f"[green]wrote[/] {folder} (points.parquet, summary.md)")
 
 
 @app.command("compare")
@@ -371,12 +404,14 @@ def fidelity_cmd(
 @app.command("reproduce")
 def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),
+    jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes for the simulations and searches "
+                             "(0: all cores; 1: in this process). The outputs do not depend on it."),
 ) -> None:
     """The main job: analyse the shipped and generated traces, simulate the paper's deployments
     and compare them; writes figures and JSON into a new run folder."""
     from pddbench.reproduce import reproduce
 
-    out = reproduce(results)
+    out = reproduce(results, jobs or None)
     console.print(f"[green]done[/]: open {out}")
 
 

@@ -51,26 +51,67 @@ def _change(new: float | None, old: float | None) -> float | None:
     return None if not new or not old else round(new / old - 1, 4)
 
 
-def simulate_paper(out: Path) -> dict:
-    from pddbench.capacity import search_capacity
-    from pddbench.compare import compare_runs
-    from pddbench.runner import run_scenario
-    from pddbench.scenario import load_scenario
+def _paper_tasks(out: Path, names: list[str], searched: list[str]) -> list[tuple[str, str, "Payload"]]:
+    """The searches (longest first) and the runs, as executor tasks: (what, name, payload)."""
+    import yaml
 
-    runs = {}
+    from pddbench.scenario import load_scenario
+    from pddbench.sweep.payload import Payload, make_payload, ship_scenario
+
+    tasks = []
+    for name in searched:
+        data, blobs = ship_scenario(load_scenario(PAPER / f"{name}.yaml"))
+        tasks.append(("capacity", name, make_payload({"kind": "capacity", "scenario": data, "iterations": 7}, blobs)))
+    for name in names:
+        path, sc = PAPER / f"{name}.yaml", load_scenario(PAPER / f"{name}.yaml")
+        data, blobs = ship_scenario(sc)
+        task = {"kind": "run_folder", "scenario": data,
+                "scenario_yaml": yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False),
+                "log": [f"scenario {path} overrides []", f"run folder {out / 'runs' / name}"]}
+        tasks.append(("run", name, make_payload(task, blobs)))
+    return tasks
+
+
+def _run_paper_tasks(out: Path, names: list[str], searched: list[str], jobs: int | None) -> tuple[dict, dict]:
+    """Every simulation and search through one executor (-j): run folders and capacity results."""
+    import base64
+    import json
+
+    from pddbench.io import atomic_path, run_folder
+    from pddbench.sweep.executors import make_executor
+
+    tasks = _paper_tasks(out, names, searched)
+    runs, capacity = {}, {}
+    with make_executor(jobs, None, tasks=len(tasks)) as ex:
+        for i, text in ex.run([p for _, _, p in tasks]):
+            what, name, _ = tasks[i]
+            res = json.loads(text)
+            if res["status"] != "ok":
+                raise RuntimeError(f"{what} {name} failed: {res['error']}")
+            if what == "capacity":
+                capacity[name] = res["capacity"]
+                console.print(f"  capacity {name}: {capacity[name]['throughput_within_sla_rps']:.2f} req/s")
+                continue
+            with run_folder(out / "runs" / name, out, name) as folder:
+                for fname, b64 in res["files"].items():
+                    with atomic_path(folder.path / fname) as tmp:
+                        tmp.write_bytes(base64.b64decode(b64))
+            runs[name] = folder.path
+            console.print(f"  simulated {name}")
+    return runs, {n: capacity[n] for n in searched}
+
+
+def simulate_paper(out: Path, jobs: int | None = None) -> dict:
+    from pddbench.compare import compare_runs
+
     names = ["same-dc-pd", "cross-dc-pd", "pdd", "pdd-one-shot", "pdd-catch-up", "pdd-relay-only-ablation",
              "pdd-no-singular-filter", "pdd-64k-1k-90hit"]
-    for name in names:
-        runs[name] = run_scenario(PAPER / f"{name}.yaml", [], out, out / "runs" / name)
-        console.print(f"  simulated {name}")
+    runs, capacity = _run_paper_tasks(out, names, ["same-dc-pd", "cross-dc-pd", "pdd"], jobs)
+    runs = {n: runs[n] for n in names}
     compare_runs([runs[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments")
     compare_runs([runs[n] for n in ("pdd-one-shot", "pdd-catch-up", "pdd")], out / "compare-handoff-modes")
     compare_runs([runs[n] for n in ("pdd", "pdd-relay-only-ablation", "pdd-no-singular-filter")],
                  out / "compare-ablations")
-    capacity = {}
-    for name in ("same-dc-pd", "cross-dc-pd", "pdd"):
-        capacity[name] = search_capacity(load_scenario(PAPER / f"{name}.yaml"))
-        console.print(f"  capacity {name}: {capacity[name]['throughput_within_sla_rps']:.2f} req/s")
     write_json(out / "capacity.json", capacity)
 
     import json
@@ -93,11 +134,12 @@ def simulate_paper(out: Path) -> dict:
     return {"article": ARTICLE, "simulated": simulated, "runs": {n: str(p.relative_to(out)) for n, p in runs.items()}}
 
 
-def reproduce(results_root: Path) -> Path:
+def reproduce(results_root: Path, jobs: int | None = None) -> Path:
+    """`jobs`: worker processes for the simulations and searches (None: all cores)."""
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] -> {out}")
     overview = {"traces": analyse_traces(out)}
-    overview["paper"] = simulate_paper(out)
+    overview["paper"] = simulate_paper(out, jobs)
     write_json(out / "overview.json", overview)
     from pddbench.report.tables import print_article_vs_sim
 

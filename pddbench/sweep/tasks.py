@@ -69,11 +69,10 @@ def _point(task: dict, files: dict) -> dict:
 
 
 def _run_folder(task: dict, files: dict) -> dict:
-    """A run folder made in a private temp folder; its files come back as bytes."""
-    from pddbench.io import write_json, write_text
-    from pddbench.records import write_records
-    from pddbench.report.run_figures import run_figures
-    from pddbench.runner import simulate_summary
+    """A `pddbench run` folder made in a private temp folder (the same writer as `run`); its files
+    come back as bytes for the caller to write where it wants."""
+    from pddbench.io import write_text
+    from pddbench.runner import _write_sim_run, simulate_summary
 
     sc = receive_scenario(task["scenario"], files)
     records, summary = simulate_summary(sc, reqs=_requests(sc))
@@ -82,12 +81,7 @@ def _run_folder(task: dict, files: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="pddbench-run-") as tmp:
         folder = Path(tmp)
         write_text(folder / "scenario.yaml", task["scenario_yaml"])
-        write_records(folder / "records.parquet", records)
-        write_json(folder / "summary.json", summary)
-        run_figures(records, summary, folder)
-        log = task["log"] + [f"{summary['requests_completed']} completed, {summary['requests_failed']} failed, "
-                             f"{summary['sim_events']} events in {summary['sim_wall_s']} s"]
-        write_text(folder / "run.log", "\n".join(log) + "\n")
+        _write_sim_run(folder, records, summary, list(task["log"]))
         return {"files": {p.name: base64.b64encode(p.read_bytes()).decode("ascii")
                           for p in sorted(folder.iterdir()) if p.is_file()}}
 
