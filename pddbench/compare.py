@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
-from pddbench.errors import UserError
+from pddbench.errors import InputError, UserError
 from pddbench.io import atomic_path, write_json
+from pddbench.loading import read_json
 from pddbench.records import read_records
 
 ROWS = [
@@ -35,32 +36,92 @@ ROWS = [
 
 
 def load_run(folder: Path) -> tuple[dict, pd.DataFrame]:
-    summary_path = folder / "summary.json"
-    if not summary_path.is_file():
+    """A run folder's summary and records; anything missing or broken is one UserError line."""
+    if not (folder / "summary.json").is_file():
         raise UserError(f"{folder}: not a run folder (no summary.json); pass folders written by `pddbench run`")
-    summary = json.loads(summary_path.read_text())
-    return summary, read_records(folder / "records.parquet")
+    summary = read_json(folder / "summary.json", "summary file")
+    if not isinstance(summary, dict):
+        raise InputError(str(folder / "summary.json"), "is not a JSON object")
+    return summary, load_records(folder)
+
+
+def load_records(folder: Path) -> pd.DataFrame:
+    path = folder / "records.parquet"
+    if not path.is_file():
+        raise UserError(f"{folder}: has no records.parquet (an unfinished or damaged run folder)")
+    try:
+        records = read_records(path)
+    except Exception as exc:  # pyarrow raises many kinds for a damaged file
+        raise InputError(str(path), f"is not a readable records file ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:120]})") from None
+    missing = [c for c in ("request_id", "failed", "ttft_ms", "arrival_ms") if c not in records.columns]
+    if missing:
+        raise InputError(str(path), f"lacks the record fields {missing}")
+    return records
+
+
+def _row_values(summary: dict, folder: Path) -> dict:
+    values = {}
+    for name, fn in ROWS:
+        try:
+            values[name] = fn(summary)
+        except (KeyError, TypeError):
+            raise InputError(str(folder / "summary.json"), f"lacks what '{name}' needs (not a pddbench summary, "
+                             "or from another version)") from None
+    return values
+
+
+def _comparable(summary: dict, folder: Path, warn: Callable[[str], None]) -> None:
+    """Refuse a run in which nothing completed; warn about an interrupted one."""
+    if summary.get("requests_total") and not summary.get("requests_completed"):
+        raise UserError(f"{folder}: no request completed (failure reasons {summary.get('failure_reasons')}); "
+                        "nothing to compare")
+    if summary.get("interrupted"):
+        warn(f"warning: {folder} was interrupted (Ctrl-C): its figures cover a partial run")
+
+
+def load_runs(folders: list[Path], warn: Callable[[str], None] = lambda _m: None) -> list[tuple[str, dict, pd.DataFrame]]:
+    if not folders:
+        raise UserError("compare needs at least one run folder")
+    runs, seen = [], set()
+    for f in folders:
+        s, r = load_run(f)
+        _row_values(s, f)  # a summary that lacks a row's figures is refused before anything is written
+        _comparable(s, f, warn)
+        label = str(s.get("scenario", f.name)) + (" (interrupted)" if s.get("interrupted") else "")
+        if label in seen:
+            label = f"{label} ({f.name})"
+        seen.add(label)
+        runs.append((label, s, r))
+    return runs
 
 
 def compare_runs(folders: list[Path], out: Path) -> pd.DataFrame:
-    if not folders:
-        raise UserError("compare needs at least one run folder")
-    labels, summaries, records = [], [], {}
-    for f in folders:
-        s, r = load_run(f)
-        label = s.get("scenario", f.name)
-        if label in records:
-            label = f"{label} ({f.name})"
-        labels.append(label)
-        summaries.append(s)
-        records[label] = r
-    table = pd.DataFrame({lab: {name: fn(s) for name, fn in ROWS} for lab, s in zip(labels, summaries)})
+    return write_comparison(load_runs(folders), out)
+
+
+def write_comparison(runs: list[tuple[str, dict, pd.DataFrame]], out: Path) -> pd.DataFrame:
+    table = pd.DataFrame({label: _row_values(s, out) for label, s, _ in runs})
     with atomic_path(out / "comparison.csv") as tmp:
         table.to_csv(tmp)
-    write_json(out / "comparison.json", {lab: s for lab, s in zip(labels, summaries)})
+    write_json(out / "comparison.json", {label: s for label, s, _ in runs})
     from pddbench.report.run_figures import ttft_cdf
     from pddbench.report.compare_figures import compare_bars
 
-    ttft_cdf(records, out / "ttft_cdf.png", summaries[0]["sla"]["ttft_ms"])
+    ttft_cdf({label: r for label, _, r in runs}, out / "ttft_cdf.png", (runs[0][1].get("sla") or {}).get("ttft_ms"))
     compare_bars(table, out / "comparison.png")
     return table
+
+
+def run_compare(folders: list[Path], out: Path | None, results: Path,
+                warn: Callable[[str], None] = lambda _m: None) -> tuple[pd.DataFrame, Path]:
+    """`pddbench compare`: check the output place, read every run, then claim the folder (`out`
+    or a new RESULTS/compare/<run-id>/) and write the comparison."""
+    from pddbench.io import run_folder
+    from pddbench.runner import check_out_options
+
+    check_out_options(out, results)
+    runs = load_runs(folders, warn)
+    with run_folder(out, results, "compare") as folder:
+        table = write_comparison(runs, folder.path)
+    return table, folder.path

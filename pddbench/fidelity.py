@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pddbench.errors import UserError
-from pddbench.io import claim_out_folder, save_figure, write_json, write_text
-from pddbench.records import read_records
+from pddbench.io import run_folder, save_figure, write_json, write_text
 from pddbench.shipped import SCENARIOS
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
@@ -26,13 +25,28 @@ def live_arrival_requests(live_dir: Path, block_size: int):
     """The live run's requests with their live send times as timestamps."""
     from pddbench.workload.trace import load_trace
 
-    records = read_records(live_dir / "records.parquet")
+    from pddbench.compare import load_records
+
+    records = load_records(live_dir)
     trace = load_trace(live_dir / "trace.jsonl", block_size=block_size)
+    _records_match(records, trace, live_dir)
     arrival = dict(zip(records["request_id"], records["arrival_ms"]))
     reqs = [dataclasses.replace(r, timestamp_ms=int(round(arrival[i]))) for i, r in enumerate(trace) if i in arrival]
     if not reqs:
         raise UserError(f"{live_dir}: no request of trace.jsonl has a record")
     return sorted(reqs, key=lambda r: r.timestamp_ms), records
+
+
+def _records_match(records, trace, live_dir: Path) -> None:
+    """Every record is a request of the trace, with its prompt length and a finite arrival."""
+    for rid, tokens, arrival in zip(records["request_id"], records["input_tokens"], records["arrival_ms"]):
+        if not 0 <= rid < len(trace):
+            raise UserError(f"{live_dir}/records.parquet: request {rid} is not in trace.jsonl ({len(trace)} requests): "
+                            "records and trace are from different runs")
+        if tokens != trace[rid].input_length or not np.isfinite(arrival):
+            raise UserError(f"{live_dir}/records.parquet: request {rid} has input_tokens {tokens} and arrival "
+                            f"{arrival}, trace.jsonl line {rid + 1} has input_length {trace[rid].input_length}: "
+                            "records and trace do not match")
 
 
 def ttft_table(live_ttft: np.ndarray, sim_ttft: np.ndarray) -> list[dict]:
@@ -74,6 +88,15 @@ def per_request_csv(live, sim) -> str:
     return out.to_csv(index=False, float_format="%.3f")
 
 
+def _refuse_interrupted(live_dir: Path) -> None:
+    from pddbench.loading import read_json
+
+    summary = read_json(live_dir / "summary.json", "summary file") if (live_dir / "summary.json").is_file() else {}
+    if isinstance(summary, dict) and summary.get("interrupted"):
+        raise UserError(f"{live_dir} was interrupted (Ctrl-C): its arrivals stop early and its last requests "
+                        "were cut off; compare a complete live run")
+
+
 TWINS = {"same_dc_pd": "sim-twin-same-dc-pd.yaml", "cross_dc_pd": "sim-twin-cross-dc-pd.yaml"}
 LINK_OF = {"same_dc_pd": "network.rdma", "cross_dc_pd": "network.wan"}  # the link P -> D crosses
 
@@ -88,9 +111,11 @@ def default_twin(kind: str) -> Path:
 def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
     """Compare; `out` must be new or empty (made here once the comparison is possible). Without
     `twin`, the shipped twin of the live run's deployment."""
+    from pddbench.io import check_out_place
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
+    check_out_place(out)
     for name in ("records.parquet", "trace.jsonl", "scenario.yaml"):
         if not (live_dir / name).is_file():
             raise UserError(f"{live_dir} is not a live run folder: it has no {name}")
@@ -101,6 +126,7 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
     live_sc = load_scenario(live_dir / "scenario.yaml")
     if live_sc.runtime != "live" or live_sc.deployment is None:
         raise UserError(f"{live_dir} is not a live run: its scenario.yaml is not a live deployment")
+    _refuse_interrupted(live_dir)
     live_kind = live_sc.deployment.kind
     twin = twin or default_twin(live_kind)
     reqs, live = live_arrival_requests(live_dir, live_sc.workload.block_size)
@@ -112,12 +138,10 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
         # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
         # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
         # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
-        import csv
-
         from pddbench.live.engine_calibration import fit_link
+        from pddbench.loading import read_number_table
 
-        with xfer.open() as fh:
-            link = fit_link([{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)])
+        link = fit_link(read_number_table(xfer, "transfer calibration table"))
         rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
         overrides.append(f"{LINK_OF[live_kind]}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}")
     elif live_kind == "cross_dc_pd":
@@ -137,14 +161,18 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
               "requests_sim": int(len(sim_ok)), "kv_link_fitted": link, "ttft": rows,
               "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows), "ttft_parts": phase_table(live_ok, sim_ok),
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
-    claim_out_folder(out)  # only now: a refused comparison leaves no folder behind
+    with run_folder(out, out, "") as folder:  # only now: a refused comparison leaves no folder behind
+        _write(folder.path, result, rows, live_ok, sim_ok)
+    return result
+
+
+def _write(out: Path, result: dict, rows: list[dict], live_ok, sim_ok) -> None:
     write_json(out / "fidelity.json", result)
     write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(
         f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},{r['error_pct']:.2f}\n"
         for r in rows))
     write_text(out / "fidelity_requests.csv", per_request_csv(live_ok, sim_ok))
     _plot(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy(), rows, out / "fidelity_ttft.png")
-    return result
 
 
 def _plot(live: np.ndarray, sim: np.ndarray, rows: list[dict], path: Path) -> None:

@@ -146,7 +146,8 @@ def loads_json(text: str | bytes, path: str, line: int | None = None) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        raise InputError(path, f"is not valid JSON ({exc.msg} at column {exc.colno})", line) from None
+        raise InputError(path, f"is not valid JSON ({exc.msg} at column {exc.colno})",
+                         line if line is not None else exc.lineno) from None
     except (ValueError, RecursionError) as exc:  # duplicate key, too many digits, NaN
         raise InputError(path, f"is not acceptable JSON ({_short(exc)})", line) from None
 
@@ -223,5 +224,28 @@ def load_yaml_value(raw: str) -> Any:
         return raw
 
 
-def finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def read_number_table(path: str | Path, what: str) -> list[dict[str, float]]:
+    """A CSV of numbers with a header row; a cell that is not a finite number is refused with
+    file:line:field."""
+    import csv
+
+    path = Path(path)
+    rows = []
+    with open_text(path, what) as fh:
+        for line, rec in enumerate(csv.DictReader(fh), start=2):
+            rows.append({k: _finite_cell(v, str(path), line, k) for k, v in rec.items()})
+    if not rows:
+        raise InputError(str(path), "holds no rows")
+    return rows
+
+
+def _finite_cell(value: Any, path: str, line: int, field: Any) -> float:
+    if not isinstance(field, str) or value is None:
+        raise InputError(path, "has a row with another number of cells than the header", line)
+    try:
+        number = float(value)
+    except ValueError:
+        raise InputError(path, f"must be a number, got {value!r}", line, field) from None
+    if not math.isfinite(number):
+        raise InputError(path, f"must be a finite number, got {value!r}", line, field)
+    return number

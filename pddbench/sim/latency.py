@@ -10,6 +10,7 @@ Both answer the same two questions for an instance of `chips` chips:
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -93,6 +94,8 @@ class Calibrated:
                         x1, x2 = float(rec["batch"]), float(rec["kv_tokens"])
                 except (KeyError, TypeError, ValueError) as exc:
                     raise InputError(str(path), f"bad or missing number ({exc})", line) from None
+                if not all(math.isfinite(v) for v in (x1, x2, step)):
+                    raise InputError(str(path), "holds a NaN or infinite number", line)
                 rows[phase].append((x1, x2, step))
         coefs = []
         for phase in ("prefill", "decode"):
