@@ -31,10 +31,23 @@ class LiveConfig(BaseModel):
             raise ValueError("live.deployment is now stated once for both runtimes: write deployment.kind instead")
         return data
 
+    @model_validator(mode="after")
+    def _one_load(self):
+        if self.load is not None:
+            other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
+            if other:
+                raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        return self
+
     model_dir: str | None = Field(None, description="served model; unset builds the tiny random model in the run folder")
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
-    rate_rps: float | None = Field(None, gt=0)
+    rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")
+    load: float | None = Field(None, gt=0, le=4, description=(
+        "arrival rate as a fraction of the deployment's capacity measured on this machine before the "
+        "replay (pddbench/live/capacity_probe.py); excludes rate_rps, time_scale and concurrency"))
+    probe_requests: int = Field(24, ge=4, le=1000, description="live.load: requests in the capacity probe")
+    probe_concurrency: int = Field(4, ge=1, le=256, description="live.load: probe requests in flight at a time")
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     concurrency: int | None = Field(None, ge=1)
     duration_s: float | None = Field(None, gt=0)

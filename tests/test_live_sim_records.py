@@ -70,7 +70,7 @@ def both(tmp_path_factory):
     res = run_cli("run", twin, *common, "--out", tmp / "sim")
     assert res.returncode == 0, res.stderr[-3000:]
     tiny = build_tiny_model_subprocess(tmp / "tiny")
-    res = run_cli("run", "live/pdd", *common, "--set", f"live.model_dir={tiny}", "--set", "live.rate_rps=null",
+    res = run_cli("run", "live/pdd", *common, "--set", f"live.model_dir={tiny}", "--set", "live.load=null",
                   "--set", "live.time_scale=1", "--set", "live.calibrate_probes=10", "--out", tmp / "live",
                   timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -30,11 +30,15 @@ def _no_engines_left():
 
 
 def test_colocated_run_replays_agentic_trace(tiny, tmp_path):
+    # the scenario's own live.load: the rate comes from a capacity probe on these engines
     res = run_cli("run", LIVE / "colocated.yaml", "--set", f"live.model_dir={tiny}", "--set", "workload.synth.requests=12",
-                  "--set", "live.rate_rps=3", "--out", tmp_path / "run", timeout=900)
+                  "--set", "live.probe_requests=6", "--set", "live.probe_concurrency=2", "--out", tmp_path / "run",
+                  timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["runtime"] == "live" and s["requests_completed"] == 12, s
+    assert s["load"] == 0.5 and s["capacity_rps"] > 0 and s["capacity_probe"]["requests"] == 6
+    assert s["replay_rate_rps"] == pytest.approx(0.5 * s["capacity_rps"], rel=1e-3)
     for key in ("ttft_ms", "tpot_ms", "goodput_rps", "slo_attainment", "wan_kv_bytes", "relay_token_share"):
         assert key in s
     # multi-turn sessions re-send their context: the engine's prefix cache must hit
@@ -45,7 +49,7 @@ def test_colocated_run_replays_agentic_trace(tiny, tmp_path):
 
 def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     res = run_cli("run", LIVE / "same-dc-pd.yaml", "--set", f"live.model_dir={tiny}", "--set", "workload.synth.requests=8",
-                  "--set", "live.rate_rps=2", "--out", tmp_path / "run", timeout=900)
+                  "--set", "live.load=null", "--set", "live.rate_rps=2", "--out", tmp_path / "run", timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["requests_completed"] == 8 and s["requests_failed"] == 0
@@ -89,7 +93,7 @@ def test_cross_dc_pd_ttft_follows_wan_delay_and_bandwidth(tiny, tmp_path):
         out = tmp_path / name
         calibrate = "true" if name == "far" else "false"  # the twin's check below needs one
         res = run_cli("run", LIVE / "cross-dc-pd.yaml", "--set", f"live.model_dir={tiny}", "--set", fixed, "--set", "workload.source=fixed",
-                      "--set", f"network.wan={wan}", "--set", "live.concurrency=1", "--set", "live.rate_rps=null",
+                      "--set", f"network.wan={wan}", "--set", "live.concurrency=1", "--set", "live.load=null",
                       "--set", f"live.calibrate_engine={calibrate}", "--out", out, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         s = json.loads((out / "summary.json").read_text())
@@ -123,7 +127,7 @@ def test_pdd_run_over_the_emulated_wan(tiny, tmp_path):
     """P and RLD in dc-a, MD in dc-b, the PDD router in front: an agentic trace completes, low-hit
     requests are masked by the relay, high-hit ones go straight to MD, and MD took KV over the WAN."""
     res = run_cli("run", LIVE / "pdd.yaml", "--set", f"live.model_dir={tiny}", "--set", "workload.synth.requests=16",
-                  "--set", "live.rate_rps=2", "--out", tmp_path / "run", timeout=1200)
+                  "--set", "live.load=null", "--set", "live.rate_rps=2", "--out", tmp_path / "run", timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["requests_completed"] == 16 and s["requests_failed"] == 0, s

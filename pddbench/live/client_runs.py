@@ -3,6 +3,7 @@ datacenters): the trace replay, and the engine calibration after it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,17 @@ def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_siz
     `seed` (the scenario's) seeds the arrival process."""
     args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline, "--seed", str(seed)]
     _run_client("replay", ["pddbench", *args], netns, log)
+
+
+def run_capacity_probe(cfg: LiveConfig, endpoint: str, probe_trace: Path, block_size: int, out: Path,
+                       netns: str | None, log: Path) -> dict:
+    """The closed-loop capacity probe (pddbench/live/capacity_probe.py) through the front; its
+    probe.json (`out`) as a dict."""
+    _run_client("capacity probe", ["pddbench.live.capacity_probe", "--endpoint", endpoint, "--trace", str(probe_trace),
+                                   "--block-size", str(block_size), "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi),
+                                   "--concurrency", str(cfg.probe_concurrency), "--timeout-s", str(cfg.timeout_s),
+                                   "--out", str(out)], netns, log)
+    return json.loads(out.read_text())
 
 
 def run_engine_calibration(cfg: LiveConfig, prefill_url: str, decode_url: str, kv_bytes_per_token: int,

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from pddbench.errors import UserError
 from pddbench.io import write_json
-from pddbench.live.client_runs import run_engine_calibration, run_replay
+from pddbench.live.client_runs import run_capacity_probe, run_engine_calibration, run_replay
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.fronts import running_front
 from pddbench.live.live_summary import live_summary
@@ -39,7 +39,8 @@ def run_live(sc, run_dir: Path) -> dict:
     placement = PLACEMENTS[sc.deployment.kind]
     model_dir = _model_dir(cfg, run_dir)
     trace = run_dir / "trace.jsonl"
-    write_trace(trace, workload_requests(sc))
+    reqs = workload_requests(sc)
+    write_trace(trace, reqs)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
     specs = placement.engines(model_dir, cfg.port_base)
@@ -47,11 +48,39 @@ def run_live(sc, run_dir: Path) -> dict:
             EngineGroup(specs, logs) as group:
         before = group.metrics()  # before the front starts: its warm-up requests count
         with request_front(sc, placement, specs, model_dir, run_dir, logs) as endpoint:
-            run_replay(cfg, endpoint, trace, run_dir / "replay", sc.workload.block_size, placement.pipeline,
+            replay_cfg, load, probe_counts = cfg, None, {}
+            if cfg.load is not None:  # the rate from the capacity measured here, now
+                probe_before = group.metrics()
+                load = probe_load(sc, reqs, endpoint, placement, run_dir, logs)
+                probe_counts = metric_deltas(probe_before, group.metrics())
+                replay_cfg = cfg.model_copy(update={"rate_rps": load["replay_rate_rps"], "load": None})
+            run_replay(replay_cfg, endpoint, trace, run_dir / "replay", sc.workload.block_size, placement.pipeline,
                        placement.client_netns, logs / "replay.log", sc.seed)
-            engine_metrics = metric_deltas(before, group.metrics())
+            # the replay's counters: the probe's requests are not the run's
+            engine_metrics = {k: v - probe_counts.get(k, 0.0) for k, v in metric_deltas(before, group.metrics()).items()}
             calibration = calibrate_after_replay(cfg, placement, specs, model_dir, run_dir, logs)
-    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir)
+    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, load=load)
+
+
+def probe_load(sc, reqs, endpoint: str, placement: Placement, run_dir: Path, logs: Path) -> dict:
+    """`live.load` -> the replay's rate: the closed-loop capacity probe through the front (from
+    where the client sits), on requests standing for the scenario's trace; the facts the summary keeps."""
+    from pddbench.live.capacity_probe import METHOD, probe_requests, replay_rate, uncached_tokens
+
+    cfg: LiveConfig = sc.live
+    folder = run_dir / "capacity_probe"
+    folder.mkdir(exist_ok=True)
+    probe = probe_requests(reqs, sc.workload.block_size, cfg.probe_requests, sc.seed)
+    write_trace(folder / "trace.jsonl", probe)
+    res = run_capacity_probe(cfg, endpoint, folder / "trace.jsonl", sc.workload.block_size, folder / "probe.json",
+                             placement.client_netns, logs / "capacity_probe.log")
+    rate = replay_rate(cfg.load, res["capacity_rps"])
+    return {"load": cfg.load, "capacity_rps": round(res["capacity_rps"], 4), "replay_rate_rps": round(rate, 4),
+            "capacity_probe": {"method": METHOD, "requests": res["requests"], "concurrency": res["concurrency"],
+                               "makespan_s": round(res["makespan_s"], 3),
+                               "mean_probe_input_tokens": round(res["mean_probe_input_tokens"], 1),
+                               "mean_trace_uncached_tokens": round(float(uncached_tokens(reqs, sc.workload.block_size).mean()), 1),
+                               "output_tokens": sum(r.output_length for r in probe)}}
 
 
 def _require_vllm() -> None:

@@ -14,7 +14,7 @@ from pddbench.records import read_records
 
 
 def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
-                 model_dir: str) -> dict:
+                 model_dir: str, load: dict | None = None) -> dict:
     """Move the replay's records to the run folder, summarise them and write summary.json (and
     calibration.json when the link was calibrated); a link outside its tolerance marks the run invalid."""
     kind = sc.deployment.kind
@@ -27,8 +27,13 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
     summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
                     "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
                     # where each engine ran: placement changes results on a small host
-                    "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role}
-                                for e in specs]})
+                    "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
+                                 "preload": e.preload_list()} for e in specs]})
+    # live.load: the capacity measured before the replay and the rate it gave; else the fixed rate
+    load = load or {}
+    summary.update({"load": load.get("load"), "capacity_rps": load.get("capacity_rps"),
+                    "capacity_probe": load.get("capacity_probe"),
+                    "replay_rate_rps": load.get("replay_rate_rps", sc.live.rate_rps)})
     if calibration is not None:
         write_json(run_dir / "calibration.json", calibration)
         if not calibration["valid"]:
