@@ -21,11 +21,16 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $(STAMP)
 
-# System tools the live network tests need (root only; skipped with a reason otherwise).
+# System packages the live tests use (root only; skipped otherwise): iptables for the netem delay line, tcmalloc for the engines.
 sysdeps:
 	@if [ "$$(id -u)" = 0 ] && ! command -v iptables >/dev/null; then \
 		echo "installing iptables (NFQUEUE rules of the netem delay line)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
+	fi
+	@# tcmalloc, which vLLM's CPU backend asks for in LD_PRELOAD (pddbench/live/engines.py uses it when found)
+	@if [ "$$(id -u)" = 0 ] && ! ldconfig -p | grep -q libtcmalloc_minimal.so.4; then \
+		echo "installing libtcmalloc-minimal4 (preloaded into vLLM engines)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4 >/dev/null; \
 	fi
 
 setup: $(STAMP) sysdeps
