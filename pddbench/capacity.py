@@ -161,21 +161,36 @@ def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, ou
     """`pddbench capacity`: search the scenario's capacity and write capacity.json and capacity.png
     into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder.
     `jobs` > 1 or `ray` probes several rates per round through that executor."""
-    from pddbench.io import new_run_dir, write_json
+    from pddbench.io import run_folder, write_json
+    from pddbench.runner import check_out_options
     from pddbench.report.capacity_figure import capacity_figure
     from pddbench.scenario import load_scenario
     from pddbench.sweep.executors import make_executor
 
+    check_out_options(out, results)
     sc = load_scenario(scenario, overrides)
-    if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
-        result = search_capacity(sc, iterations, on_step=on_step)
-    else:
-        with make_executor(jobs, ray) as ex:
-            result = search_capacity(sc, iterations, on_step=on_step, executor=ex, probes_per_round=probes_per_round)
-    folder = out or new_run_dir(results, f"{sc.name}-capacity")
-    from pddbench.provenance import provenance
+    check_capacity_workload(sc, str(scenario))
+    with run_folder(out, results, f"{sc.name}-capacity") as folder:  # Ctrl-C or an error: nothing kept
+        if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
+            result = search_capacity(sc, iterations, on_step=on_step)
+        else:
+            with make_executor(jobs, ray) as ex:
+                result = search_capacity(sc, iterations, on_step=on_step, executor=ex, probes_per_round=probes_per_round)
+        from pddbench.provenance import provenance
 
-    result["provenance"] = provenance()
-    write_json(folder / "capacity.json", result)
-    capacity_figure(result, folder / "capacity.png")
-    return result, folder
+        result["provenance"] = provenance()
+        write_json(folder.path / "capacity.json", result)
+        capacity_figure(result, folder.path / "capacity.png")
+    return result, folder.path
+
+
+def check_capacity_workload(sc: Scenario, where: str) -> None:
+    """Capacity scales the arrivals: refuse a workload whose arrivals span no time, or would span
+    more than can be simulated at the slowest rate probed."""
+    from pddbench.errors import UserError
+    from pddbench.runner import simulable_requests
+
+    reqs = simulable_requests(sc, where, slowest_scale=2.0 ** -8)
+    if reqs[-1].timestamp_ms == reqs[0].timestamp_ms:
+        raise UserError(f"{where}: all {len(reqs)} requests arrive at the same moment (the workload spans zero "
+                        "time), so scaling the arrival rate changes nothing; capacity needs arrivals spread in time")
