@@ -68,7 +68,7 @@ def trace_synth_cmd(
     from pddbench.workload.synth import synth_trace
     from pddbench.workload.trace import write_trace
 
-    reqs = synth_trace(requests, seed, target_hist, rate_rps, singular_share)
+    reqs = synth_trace(requests, seed, target_hist, rate_rps, singular_share, out)
     if out is None:
         for r in reqs:
             sys.stdout.write(r.to_json() + "\n")
@@ -163,12 +163,10 @@ def compare_cmd(
 ) -> None:
     """Put runs side by side: a table (TTFT, goodput, WAN bytes, relay share, handoff stalls, cost)
     and figures (TTFT CDFs, metric bars)."""
-    from pddbench.compare import compare_runs
-    from pddbench.io import new_run_dir
+    from pddbench.compare import run_compare
     from pddbench.report.tables import print_comparison
 
-    folder = out or new_run_dir(results, "compare")
-    table = compare_runs(runs, folder)
+    table, folder = run_compare(runs, out, results, warn=lambda m: console.print(m, style="yellow", highlight=False))
     print_comparison(table)
     console.print(f"[green]wrote[/] {folder}")
 
@@ -415,15 +413,58 @@ def reproduce_cmd(
     console.print(f"[green]done[/]: open {out}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The entry point: every error a user can cause is one line on stderr and exit 2."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer.exceptions import Abort, Exit
+
     try:
-        app()
-    except UserError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _finite_options(sys.argv[1:] if argv is None else argv)
+        rc = app(args=argv, prog_name="pddbench", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(2)
+    except ClickException as exc:  # option and argument errors: one line, not a box
+        _one_line(f"{_command(exc)}{exc.format_message()}", 2)
+    except Exit as exc:
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]; partial output was not written")
-        sys.exit(130)
+    except Abort:
+        _one_line("interrupted; nothing was written", 130, color="yellow", prefix="")
+    except UserError as exc:
+        _one_line(str(exc), exc.exit_code)
+    except KeyboardInterrupt as exc:
+        _one_line(str(exc) or "interrupted; nothing was written", 130, color="yellow", prefix="")
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _finite_options(argv: list[str]) -> None:
+    """typer's float ranges let inf and nan through (nan compares false to every bound)."""
+    import math
+
+    for i, token in enumerate(argv):
+        option, eq, value = token.partition("=")
+        if not eq:
+            option, value = (argv[i - 1] if i else ""), token
+        if not option.startswith("--"):
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if not math.isfinite(number):
+            raise UserError(f"{option} {value}: must be a finite number")
+
+
+def _command(exc) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return f"{ctx.command_path}: " if ctx is not None else ""
+
+
+def _one_line(text: str, code: int, color: str = "bold red", prefix: str = "error: ") -> None:
+    line = " ".join(text.split())
+    console.print(f"[{color}]{prefix}[/]{escape(line)}" if prefix else f"[{color}]{escape(line)}[/]",
+                  highlight=False, soft_wrap=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
