@@ -90,11 +90,11 @@ class Model(_Strict):
 class Pool(_Strict):
     """A set of identical instances of one role."""
     chip: str
-    instances: int = Field(ge=1)
-    chips_per_instance: int = Field(8, ge=1)
+    instances: int = Field(ge=1, le=100_000)
+    chips_per_instance: int = Field(8, ge=1, le=4096)
     dc: Literal["a", "b"] = "a"
-    chunk_tokens: int = Field(8192, ge=1, description="prefill chunk / batched-token budget per step")
-    max_batch_seqs: int = Field(256, ge=1, description="decode batch limit")
+    chunk_tokens: int = Field(8192, ge=1, le=10_000_000, description="prefill chunk / batched-token budget per step")
+    max_batch_seqs: int = Field(256, ge=1, le=1_000_000, description="decode batch limit")
     kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
     prefix_cache: bool = True
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
@@ -127,7 +127,7 @@ class Deployment(_Strict):
 class Network(_Strict):
     wan: LinkProfile | str = Field("cross-city-10g", description="profile name, YAML path or inline")
     rdma: LinkProfile | str = "same-dc-rdma"
-    wan_lines: int = Field(1, ge=1)
+    wan_lines: int = Field(1, ge=1, le=1024)
     wan_line_price_per_hour: float = Field(0.0, ge=0)
 
     def wan_profile(self) -> LinkProfile:
@@ -147,7 +147,7 @@ class Policy(_Strict):
     singular_filter: bool = True
     singular_min_input_tokens: int = Field(32768, ge=1, description="singular flow: input at least this long ...")
     singular_max_output_tokens: int = Field(16, ge=1, description="... and max_tokens at most this")
-    catch_up_max_rounds: int = Field(8, ge=1)
+    catch_up_max_rounds: int = Field(8, ge=1, le=100_000)
     relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
     relay_finish_stops_wan_kv: bool = Field(
         True, description="a relay that finishes first stops MD's WAN KV transfer; false: the transfer drains and MD "
@@ -309,6 +309,8 @@ def _numbers(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
         yield loc, f"must be a finite number, got {node}"
     elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
         yield loc, f"is beyond 64 bits ({len(str(node))} digits)"
+    elif isinstance(node, float) and abs(node) > MAX_INT:
+        yield loc, f"is absurdly large ({node:g})"
 
 
 def _refuse(layers: Layers, loc: tuple, msg: str, overrides: list[str]) -> InputError:

@@ -13,9 +13,9 @@ from pddbench.workload.trace import Request
 
 class FixedConfig(BaseModel):
     model_config = {"extra": "forbid"}
-    requests: int = Field(500, ge=1)
-    input_tokens: int = Field(64512, ge=1)
-    output_tokens: int = Field(1024, ge=1)
+    requests: int = Field(500, ge=1, le=10_000_000)
+    input_tokens: int = Field(64512, ge=1, le=10_000_000)
+    output_tokens: int = Field(1024, ge=1, le=1_000_000)
     hit_rate: float = Field(0.9, ge=0, le=1, description="share of the prompt in the common prefix")
     rate_rps: float = Field(1.0, gt=0)
     seed: int = 0
