@@ -372,7 +372,7 @@ def handoff_bench_cmd(
 @app.command("fidelity")
 def fidelity_cmd(
     live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml "
-                                    "and cross-dc-pd.yaml make one)."),
+                                    "and cross-dc-pd.yaml make one), or a `run --repeat N` folder of such runs."),
     twin: Optional[Path] = typer.Option(None, "--twin", help="The simulated twin scenario; default the shipped twin of "
                                         "the live run's deployment (scenarios/live/sim-twin-*.yaml)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (new or empty); default LIVE_RUN/fidelity."),
@@ -382,14 +382,18 @@ def fidelity_cmd(
 ) -> None:
     """Sim vs live on the same requests: replays the live run's trace through the twin scenario
     with the live arrival times and step times calibrated from the live engines; reports TTFT per
-    percentile (live, sim, error) in fidelity.json / fidelity.csv / fidelity_ttft.png, and TTFT's
-    parts (P's queue + prefill; KV transfer + D's first step) when the live front reported them."""
+    percentile (live, sim, error, each with a 95% bootstrap interval: over requests, or over repeats
+    then requests) in fidelity.json / fidelity.csv / fidelity_ttft.png, and TTFT's parts (P's queue +
+    prefill; KV transfer + D's first step) when the live front reported them."""
     from pddbench.fidelity import fidelity
 
     res = fidelity(live_run, twin, out or live_run / "fidelity")
     for r in res["ttft"]:
+        lo, hi = r["error_pct_ci"]
+        note = "" if r["within_live_spread"] else "  (gap beyond the live run's own spread)"
         console.print(f"TTFT p{r['percentile']}: live {r['live_ttft_ms']:.1f} ms, sim {r['sim_ttft_ms']:.1f} ms, "
-                      f"error {r['error_ms']:+.1f} ms ({r['error_pct']:+.1f}%)", highlight=False)
+                      f"error {r['error_ms']:+.1f} ms ({r['error_pct']:+.1f}%, CI {lo:+.1f}..{hi:+.1f}%){note}",
+                      highlight=False)
     for part, rows in res["ttft_parts"].items():
         console.print(f"{part} live/sim: " + ", ".join(f"p{r['percentile']} {r['live_ms']:.0f}/{r['sim_ms']:.0f}"
                                                          for r in rows), highlight=False)

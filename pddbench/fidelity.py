@@ -5,7 +5,16 @@ see one arrival process) and the step times calibrated from the live engines
 (`engine_calibration.csv` in the live run). Output: TTFT per percentile, live vs sim, and the
 error (sim - live, ms and %), as JSON, CSV and a figure; when the live front reported when P
 answered (`prefill_end_ms`), TTFT's two parts per percentile too: arrival -> prefill end (P's queue
-and prefill) and prefill end -> first token (KV transfer and D's first step)."""
+and prefill) and prefill end -> first token (KV transfer and D's first step).
+
+Each percentile carries a confidence interval (default 95%) for live, sim and the error, from a
+paired bootstrap: the same requests are drawn on both sides (they are the same requests). One run:
+requests drawn with replacement. A repeat folder (`pddbench run --repeat N`: repeats.json and
+repeat-0..N-1, each compared with its own twin run on its own arrivals and calibration): repeats
+drawn with replacement, then each drawn repeat's requests (two levels, as the gate's statistical
+mode), so run-to-run spread enters the interval. `within_live_spread` says when the gap
+(|sim - live|) is no larger than the half-width of the live percentile's own interval: there the
+live run cannot tell the twin wrong."""
 
 from __future__ import annotations
 
@@ -77,8 +86,9 @@ def per_request_csv(live, sim) -> str:
     """One row per request on both sides, to find which requests the twin gets wrong."""
     import pandas as pd
 
-    both = live.merge(sim, on="request_id", suffixes=("_live", "_sim"))
-    out = pd.DataFrame({"request_id": both["request_id"], "input_tokens": both["input_tokens_live"],
+    keys = ["repeat", "request_id"] if "repeat" in live.columns and "repeat" in sim.columns else ["request_id"]
+    both = live.merge(sim, on=keys, suffixes=("_live", "_sim"))
+    out = pd.DataFrame({**{k: both[k] for k in keys}, "input_tokens": both["input_tokens_live"],
                         "live_cached_tokens": both["p_cached_tokens_live"],
                         "sim_cached_tokens": both["p_cached_tokens_sim"]})
     sides = {side: both.rename(columns=lambda c, s=side: c.removesuffix(f"_{s}")) for side in ("live", "sim")}
@@ -108,14 +118,25 @@ def default_twin(kind: str) -> Path:
     return SCENARIOS / "live" / TWINS[kind]
 
 
-def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
-    """Compare; `out` must be new or empty (made here once the comparison is possible). Without
-    `twin`, the shipped twin of the live run's deployment."""
-    from pddbench.io import check_out_place
+def live_runs(live_dir: Path) -> list[Path]:
+    """The run folders to compare: the folder itself, or each repeat of a repeat folder."""
+    meta_path = live_dir / "repeats.json"
+    if not meta_path.is_file():
+        return [live_dir]
+    import json
+
+    runs = [live_dir / r for r in json.loads(meta_path.read_text()).get("runs", [])]
+    if not runs:
+        raise UserError(f"{live_dir}/repeats.json lists no finished repeat")
+    return runs
+
+
+def compare_run(live_dir: Path, twin: Path | None):
+    """One live run and its twin on the same requests: (live records, sim records, fitted link,
+    twin path), completed requests only."""
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
-    check_out_place(out)
     for name in ("records.parquet", "trace.jsonl", "scenario.yaml"):
         if not (live_dir / name).is_file():
             raise UserError(f"{live_dir} is not a live run folder: it has no {name}")
@@ -153,41 +174,138 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path) -> dict:
         raise UserError(f"{live_dir} is a live {live_kind} run but the twin {twin} simulates {twin_kind}: "
                         "pass --twin with a simulated scenario of the same deployment")
     sim, _ = simulate_summary(sc, reqs=reqs)
-    live_ok, sim_ok = live[~live["failed"]], sim[~sim["failed"]]
-    if live_ok.empty or sim_ok.empty:
+    return live[~live["failed"]], sim[~sim["failed"]], link, twin
+
+
+def paired_values(live, sim, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """`field` of the requests completed on both sides, aligned by request (NaN pairs dropped)."""
+    both = live[["request_id", field]].merge(sim[["request_id", field]], on="request_id", suffixes=("_live", "_sim"))
+    lv, sv = both[f"{field}_live"].to_numpy(dtype=float), both[f"{field}_sim"].to_numpy(dtype=float)
+    keep = ~(np.isnan(lv) | np.isnan(sv))
+    return lv[keep], sv[keep]
+
+
+def bootstrap_percentiles(groups: list[tuple[np.ndarray, np.ndarray]], qs, n: int = 1000,
+                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Live and sim percentiles `qs` over `n` paired resamples, each (n, len(qs)). One group:
+    requests drawn with replacement; several (repeats): repeats drawn, then requests within each."""
+    rng = np.random.default_rng(seed)
+    groups = [g for g in groups if len(g[0])]
+    k = len(groups)
+    live_b, sim_b = np.empty((n, len(qs))), np.empty((n, len(qs)))
+    for b in range(n):
+        picks = rng.integers(0, k, k) if k > 1 else [0]
+        idx = [rng.integers(0, len(groups[i][0]), len(groups[i][0])) for i in picks]
+        lv = np.concatenate([groups[i][0][j] for i, j in zip(picks, idx)])
+        sv = np.concatenate([groups[i][1][j] for i, j in zip(picks, idx)])
+        live_b[b], sim_b[b] = np.percentile(lv, qs), np.percentile(sv, qs)
+    return live_b, sim_b
+
+
+def ci_table(groups: list[tuple[np.ndarray, np.ndarray]], qs=PERCENTILES, confidence: float = 0.95,
+             n: int = 1000, seed: int = 0) -> list[dict]:
+    """Per percentile: live and sim (pooled over groups), the error, each with its bootstrap
+    interval; the live interval's half-width (`live_spread_ms`) and whether the gap is within it."""
+    lv = np.concatenate([g[0] for g in groups])
+    sv = np.concatenate([g[1] for g in groups])
+    live_b, sim_b = bootstrap_percentiles(groups, qs, n, seed)
+    a = (1 - confidence) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err_pct_b = 100 * (sim_b - live_b) / live_b
+    rows = []
+    for c, q in enumerate(qs):
+        lpt, spt = float(np.percentile(lv, q)), float(np.percentile(sv, q))
+        llo, lhi = (float(x) for x in np.quantile(live_b[:, c], [a, 1 - a]))
+        slo, shi = (float(x) for x in np.quantile(sim_b[:, c], [a, 1 - a]))
+        elo, ehi = (float(x) for x in np.nanquantile(err_pct_b[:, c], [a, 1 - a]))
+        spread = (lhi - llo) / 2
+        rows.append({"percentile": q, "live_ttft_ms": lpt, "sim_ttft_ms": spt, "error_ms": spt - lpt,
+                     "error_pct": 100 * (spt - lpt) / lpt if lpt else float("nan"),
+                     "live_ci_ms": [llo, lhi], "sim_ci_ms": [slo, shi], "error_pct_ci": [elo, ehi],
+                     "live_spread_ms": spread, "within_live_spread": abs(spt - lpt) <= spread})
+    return rows
+
+
+def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0.95, n_boot: int = 1000) -> dict:
+    """Compare; `out` must be new or empty (made here once the comparison is possible). Without
+    `twin`, the shipped twin of the live run's deployment. `live_dir` is a run folder or a
+    repeat folder (each repeat compared with its own twin run)."""
+    import pandas as pd
+
+    from pddbench.io import check_out_place
+
+    check_out_place(out)
+    runs = live_runs(live_dir)
+    compared = [compare_run(r, twin) for r in runs]
+    if any(c[0].empty or c[1].empty for c in compared):
         raise UserError("no completed request on one side: nothing to compare")
-    rows = ttft_table(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy())
-    result = {"live_run": str(live_dir), "twin_scenario": str(twin), "requests_live": int(len(live_ok)),
-              "requests_sim": int(len(sim_ok)), "kv_link_fitted": link, "ttft": rows,
-              "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows), "ttft_parts": phase_table(live_ok, sim_ok),
+    live_ok = pd.concat([c[0].assign(repeat=i) for i, c in enumerate(compared)], ignore_index=True)
+    sim_ok = pd.concat([c[1].assign(repeat=i) for i, c in enumerate(compared)], ignore_index=True)
+    ttft_groups = [paired_values(c[0], c[1], "ttft_ms") for c in compared]
+    tpot_groups = [paired_values(c[0], c[1], "tpot_ms") for c in compared]
+    rows = ci_table(ttft_groups, confidence=confidence, n=n_boot)
+    tpot_rows = ci_table(tpot_groups, confidence=confidence, n=n_boot) if all(len(g[0]) for g in tpot_groups) else []
+    result = {"live_run": str(live_dir), "twin_scenario": str(compared[0][3]), "repeats": len(runs),
+              "requests_live": int(len(live_ok)), "requests_sim": int(len(sim_ok)),
+              "requests_paired": int(sum(len(g[0]) for g in ttft_groups)),
+              "kv_link_fitted": compared[0][2] if len(runs) == 1 else [c[2] for c in compared],
+              "confidence": confidence, "bootstrap": {"resamples": n_boot, "over": "repeats, then requests"
+                                                     if len(runs) > 1 else "requests", "paired": True},
+              "ttft": rows, "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
+              "gaps_beyond_live_spread": [r["percentile"] for r in rows if not r["within_live_spread"]],
+              "ttft_parts": phase_table(live_ok, sim_ok), "tpot": tpot_rows,
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
+    if len(runs) > 1:
+        result["live_ttft_per_repeat"] = [{f"p{q}": float(np.percentile(g[0], q)) for q in PERCENTILES}
+                                          for g in ttft_groups]
     with run_folder(out, out, "") as folder:  # only now: a refused comparison leaves no folder behind
-        _write(folder.path, result, rows, live_ok, sim_ok)
+        _write(folder.path, result, rows, live_ok, sim_ok, ttft_groups, (confidence, n_boot, live_dir, len(runs)))
     return result
 
 
-def _write(out: Path, result: dict, rows: list[dict], live_ok, sim_ok) -> None:
+def _write(out: Path, result: dict, rows: list[dict], live_ok, sim_ok, ttft_groups, how: tuple) -> None:
+    confidence, n_boot, live_dir, n_runs = how
     write_json(out / "fidelity.json", result)
-    write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct\n" + "".join(
-        f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},{r['error_pct']:.2f}\n"
-        for r in rows))
+    write_text(out / "fidelity.csv", "percentile,live_ttft_ms,sim_ttft_ms,error_ms,error_pct,live_ci_lo_ms,live_ci_hi_ms,"
+               "sim_ci_lo_ms,sim_ci_hi_ms,error_pct_ci_lo,error_pct_ci_hi,within_live_spread\n" + "".join(
+                   f"{r['percentile']},{r['live_ttft_ms']:.3f},{r['sim_ttft_ms']:.3f},{r['error_ms']:.3f},"
+                   f"{r['error_pct']:.2f},{r['live_ci_ms'][0]:.3f},{r['live_ci_ms'][1]:.3f},{r['sim_ci_ms'][0]:.3f},"
+                   f"{r['sim_ci_ms'][1]:.3f},{r['error_pct_ci'][0]:.2f},{r['error_pct_ci'][1]:.2f},"
+                   f"{str(r['within_live_spread']).lower()}\n" for r in rows))
     write_text(out / "fidelity_requests.csv", per_request_csv(live_ok, sim_ok))
-    _plot(live_ok["ttft_ms"].to_numpy(), sim_ok["ttft_ms"].to_numpy(), rows, out / "fidelity_ttft.png")
+    title = f"{live_dir.name}: {n_runs} run(s), {result['requests_paired']} requests"
+    _plot(ttft_groups, rows, out / "fidelity_ttft.png", confidence, n_boot, title)
 
 
-def _plot(live: np.ndarray, sim: np.ndarray, rows: list[dict], path: Path) -> None:
+def _plot(groups, rows: list[dict], path: Path, confidence: float, n_boot: int, title: str) -> None:
+    """The deployment's fidelity figure: live and sim TTFT CDFs, each with its bootstrap band
+    (the interval of every percentile 1..99), and the error per percentile with its interval."""
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for data, label in ((live, "live (vLLM)"), (sim, "simulator (calibrated)")):
+    qs = np.arange(1, 100)
+    live_b, sim_b = bootstrap_percentiles(groups, qs, n=min(n_boot, 400), seed=1)
+    a = (1 - confidence) / 2
+    lv = np.concatenate([g[0] for g in groups])
+    sv = np.concatenate([g[1] for g in groups])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for data, boot, label, color in ((lv, live_b, "live (vLLM)", "C0"), (sv, sim_b, "simulator (twin)", "C1")):
         x = np.sort(data)
-        ax1.plot(x, np.arange(1, len(x) + 1) / len(x), label=label)
+        ax1.plot(x, np.arange(1, len(x) + 1) / len(x), label=label, color=color)
+        lo, hi = np.quantile(boot, a, axis=0), np.quantile(boot, 1 - a, axis=0)
+        ax1.fill_betweenx(qs / 100, lo, hi, color=color, alpha=0.2, linewidth=0)
     ax1.set_xscale("log")
     ax1.set_xlabel("TTFT (ms, log)")
     ax1.set_ylabel("CDF")
+    ax1.set_title(f"TTFT, {100 * confidence:.0f}% bands")
     ax1.legend()
-    ax2.bar([f"p{r['percentile']}" for r in rows], [r["error_pct"] for r in rows])
+    labels = [f"p{r['percentile']}" for r in rows]
+    err = np.array([r["error_pct"] for r in rows])
+    lo = err - np.array([r["error_pct_ci"][0] for r in rows])
+    hi = np.array([r["error_pct_ci"][1] for r in rows]) - err
+    colors = ["C2" if r["within_live_spread"] else "C3" for r in rows]
+    ax2.bar(labels, err, color=colors, yerr=[np.maximum(lo, 0), np.maximum(hi, 0)], capsize=3)
     ax2.axhline(0, color="black", linewidth=0.8)
     ax2.set_ylabel("sim - live (% of live TTFT)")
-    ax2.set_title("TTFT error per percentile")
+    ax2.set_title("error per percentile (green: within the live run's own spread)")
+    fig.suptitle(title)
     save_figure(fig, path)

@@ -93,3 +93,92 @@ def test_ttft_parts_and_per_request_rows():
     assert list(rows["live_cached_tokens"]) == [512] * 3 and list(rows["sim_cached_tokens"]) == [0] * 3
     # a live front that reports no prefill end (a single engine): no parts, no crash
     assert phase_table(live.assign(prefill_end_ms=np.nan), sim) == {}
+
+
+def test_percentile_intervals_are_paired_and_say_when_the_gap_is_within_the_live_spread():
+    from pddbench.fidelity import ci_table
+
+    rng = np.random.default_rng(0)
+    live = rng.lognormal(5, 1, 300)
+    same = ci_table([(live, live.copy())], n=300)
+    assert all(r["error_ms"] == 0 and r["error_pct_ci"] == [0.0, 0.0] and r["within_live_spread"] for r in same)
+    for r in same:
+        lo, hi = r["live_ci_ms"]
+        assert lo <= r["live_ttft_ms"] <= hi and r["live_spread_ms"] == (hi - lo) / 2
+    off = ci_table([(live, live * 2)], n=300)
+    assert all(not r["within_live_spread"] and 99 < r["error_pct_ci"][0] <= 100 <= r["error_pct_ci"][1] < 101
+               for r in off)  # paired: doubling every request doubles every resampled percentile
+    near = ci_table([(live, live * 1.01)], n=300)
+    assert [r["percentile"] for r in near if not r["within_live_spread"]] == []
+
+
+def test_repeats_widen_the_interval_by_their_own_spread():
+    from pddbench.fidelity import ci_table
+
+    rng = np.random.default_rng(1)
+    runs = [rng.lognormal(5, 1, 200) * f for f in (0.7, 1.0, 1.4)]  # runs that disagree with each other
+    pooled = np.concatenate(runs)
+    one = ci_table([(pooled, pooled)], n=300)
+    three = ci_table([(r, r) for r in runs], n=300)
+    width = lambda rows: np.mean([r["live_ci_ms"][1] - r["live_ci_ms"][0] for r in rows])  # noqa: E731
+    assert width(three) > 1.5 * width(one)
+
+
+def test_a_repeat_folder_lists_its_repeats(tmp_path):
+    import json
+
+    from pddbench.fidelity import live_runs
+
+    assert live_runs(tmp_path) == [tmp_path]
+    (tmp_path / "repeats.json").write_text(json.dumps({"runs": ["repeat-0", "repeat-1"]}))
+    assert live_runs(tmp_path) == [tmp_path / "repeat-0", tmp_path / "repeat-1"]
+
+
+def _fake_live_run(folder, scale, seed_shift=0.0):
+    """A live-looking run folder whose records are the twin's own, TTFT scaled by `scale` (no vLLM)."""
+    import shutil
+
+    import yaml
+
+    from pddbench.records import write_records
+    from pddbench.runner import simulate_summary
+    from pddbench.scenario import load_scenario
+    from pddbench.workload.source import workload_requests
+    from pddbench.workload.trace import write_trace
+
+    folder.mkdir(parents=True)
+    live_sc = load_scenario("live/same-dc-pd", ["workload.synth.requests=60"])
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(live_sc.model_dump(mode="json"), sort_keys=False))
+    reqs = workload_requests(live_sc)
+    write_trace(folder / "trace.jsonl", reqs)
+    calib = REPO / "scenarios" / "live" / "engine_calibration.example.csv"
+    shutil.copy(calib, folder / "engine_calibration.csv")
+    twin = load_scenario(REPO / "scenarios" / "live" / "sim-twin-same-dc-pd.yaml",
+                         [f"latency.calibration_csv={calib}", "workload.synth.requests=60"])
+    rec, _ = simulate_summary(twin, reqs=reqs)
+    rec["ttft_ms"] = rec["ttft_ms"] * scale + seed_shift
+    rec["first_token_ms"] = rec["arrival_ms"] + rec["ttft_ms"]
+    write_records(folder / "records.parquet", rec)
+
+
+def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_path):
+    import json
+
+    from pddbench.fidelity import fidelity
+
+    _fake_live_run(tmp_path / "one", 1.25)
+    res = fidelity(tmp_path / "one", None, tmp_path / "one" / "fid", n_boot=200)
+    assert res["repeats"] == 1 and res["bootstrap"]["over"] == "requests"
+    for r in res["ttft"]:
+        assert np.isclose(r["error_pct"], -20.0)  # sim = live / 1.25 on every request
+        assert r["error_pct_ci"][0] <= r["error_pct"] <= r["error_pct_ci"][1]
+    assert (tmp_path / "one" / "fid" / "fidelity_ttft.png").stat().st_size > 10_000
+    assert "error_pct_ci_lo" in (tmp_path / "one" / "fid" / "fidelity.csv").read_text().splitlines()[0]
+
+    reps = tmp_path / "reps"
+    for i, shift in enumerate((0.0, 50.0)):
+        _fake_live_run(reps / f"repeat-{i}", 1.0, shift)
+    (reps / "repeats.json").write_text(json.dumps({"runs": ["repeat-0", "repeat-1"]}))
+    res = fidelity(reps, None, reps / "fid", n_boot=200)
+    assert res["repeats"] == 2 and res["bootstrap"]["over"] == "repeats, then requests"
+    assert len(res["live_ttft_per_repeat"]) == 2 and res["requests_paired"] == 120
