@@ -86,6 +86,8 @@ def run_cmd(
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (must be new or empty). Default: results/<name>/<run-id>/."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default run folder."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run N times: OUT/repeat-0..N-1 (each a run folder) "
+                               "and OUT/repeats.json, for `pddbench gate` on live runs."),
 ) -> None:
     """Run a scenario: the simulator, or real vLLM engines for `runtime: live` (scenarios/live/).
     Writes scenario.yaml, records.parquet, summary.json, figures, run.log (live: also engine logs).
@@ -94,6 +96,11 @@ def run_cmd(
     from pddbench.report.tables import print_summary
     from pddbench.runner import run_scenario
 
+    if repeat > 1:
+        from pddbench.repeats import run_repeats
+
+        console.print(f"[green]wrote[/] {run_repeats(scenario, set_, results, out, repeat)} ({repeat} repeats)")
+        return
     run_dir = run_scenario(scenario, set_, results, out)
     print_summary(json.loads((run_dir / "summary.json").read_text()))
     console.print(f"[green]wrote[/] {run_dir}")
@@ -401,6 +408,48 @@ def fidelity_cmd(
         console.print(f"[bold red]FIDELITY GATE FAILED[/]: TTFT error up to {res['max_abs_error_pct']:.1f}% "
                       f"(allowed {max_error_pct:g}%); per request: fidelity_requests.csv")
         raise typer.Exit(1)
+
+
+@app.command("gate")
+def gate_cmd(
+    candidate: Path = typer.Argument(..., help="Run folder, repeat folder (repeats.json), sweep folder or capacity.json."),
+    baseline: Path = typer.Option(..., "--baseline", help="The same kind of result to compare against."),
+    rules: Optional[Path] = typer.Option(None, "--rules", help="Rules YAML (default: pddbench/gate/default_rules.yaml)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown report here."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per gated metric)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
+    update_baseline: bool = typer.Option(False, "--update-baseline", help="Accept the change: copy the candidate "
+                                         "over the baseline folder (atomically; reported)."),
+    history: Optional[Path] = typer.Option(Path("results/history"), "--history", help="History folder the gated "
+                                           "metrics are appended to (gate_history.parquet)."),
+    allow_different_hardware: bool = typer.Option(False, "--allow-different-hardware",
+                                                  help="Compare live runs from different CPUs anyway."),
+) -> None:
+    """Performance gate: exact for simulator results (identical records pass; moved metrics are
+    judged by the rules), statistical for live repeats (bootstrap intervals of the difference).
+    Exit 0 when every rule holds, 1 on a regression, 2 on bad input."""
+    from pddbench.gate.gate import gate
+
+    res = gate(candidate, baseline, rules, markdown=markdown, junit=junit, json_out=json_out,
+               update_baseline=update_baseline, history_dir=history, allow_different_hardware=allow_different_hardware)
+    from pddbench.gate.report import markdown as to_markdown
+
+    print(to_markdown([res]))
+    if res["regressions"] and not res["accepted"]:
+        raise typer.Exit(1)
+
+
+@app.command("history")
+def history_cmd(
+    metric: List[str] = typer.Option([], "--metric", help="Metric to draw (repeatable; default: every gated metric)."),
+    out: Path = typer.Option(Path("results/history"), "--out", help="Folder for history-<metric>.png."),
+    history: Path = typer.Option(Path("results/history"), "--history", help="Folder holding gate_history.parquet."),
+) -> None:
+    """Draw each gated metric over time with its baseline and tolerance band (PNG per metric)."""
+    from pddbench.gate.history import plot_history
+
+    for path in plot_history(history, metric or None, out):
+        console.print(f"[green]wrote[/] {path}")
 
 
 @app.command("reproduce")

@@ -105,6 +105,7 @@ def test_same_seed_byte_identical_run_folders(tmp_path):
     assert a == b
     sa, sb = (json.loads((o / "summary.json").read_text()) for o in outs)
     sa.pop("sim_wall_s"), sb.pop("sim_wall_s")
+    assert sa.pop("provenance")["git_commit"] == sb.pop("provenance")["git_commit"]  # load at start differs
     assert sa == sb
     assert {p.name for p in outs[0].iterdir()} >= {"scenario.yaml", "records.parquet", "summary.json",
                                                    "ttft_cdf.png", "ttft_legs.png", "run.log"}

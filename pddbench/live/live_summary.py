@@ -10,7 +10,16 @@ from pathlib import Path
 from pddbench.io import write_json
 from pddbench.live.engines import EngineSpec
 from pddbench.metrics.summary import summarize
+from pddbench.provenance import provenance
 from pddbench.records import read_records
+
+
+def _link_facts(calibration: dict | None) -> dict:
+    """What the provenance records of the emulated WAN: its backend and whether its calibration
+    met the profile's targets (None on one host)."""
+    if calibration is None:
+        return {"netem_backend": None, "link_calibration_valid": None}
+    return {"netem_backend": calibration.get("backend"), "link_calibration_valid": calibration.get("valid")}
 
 
 def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
@@ -28,7 +37,8 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
                     "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
-                                 "preload": e.preload_list()} for e in specs]})
+                                 "preload": e.preload_list()} for e in specs],
+                    "provenance": provenance(**_link_facts(calibration))})
     # live.load: the capacity measured before the replay and the rate it gave; else the fixed rate
     load = load or {}
     summary.update({"load": load.get("load"), "capacity_rps": load.get("capacity_rps"),
