@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup sysdeps run test bench clean
+.PHONY: setup sysdeps run test bench bench-baseline nightly clean
 
 # Re-installs only when pyproject.toml or the Makefile changes, so a second run is fast.
 # `pip install .` alone gives the simulator, trace tools, netem and the replay client; the `live`
@@ -41,8 +41,27 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Benchmarks are gated: each run is saved (results/bench/, git-ignored) and compared with the stored
+# baseline of this machine kind (results/baselines/v1/bench/<machine>/0001_baseline.json); a benchmark
+# whose min is 20% slower fails. After an intended speed change: make bench-baseline, then commit.
+BENCH_BASELINE ?= results/baselines/v1/bench
+BENCH_STORE    := results/bench
 bench: setup
-	$(BIN)/python -m pytest -q benchmarks --benchmark-enable
+	mkdir -p $(BENCH_STORE) && cp -r $(BENCH_BASELINE)/. $(BENCH_STORE)/
+	$(BIN)/python -m pytest -q benchmarks --benchmark-enable --benchmark-storage=file://$(BENCH_STORE) \
+		--benchmark-autosave --benchmark-compare=0001 --benchmark-compare-fail=min:20%
+
+bench-baseline: setup
+	rm -rf $(BENCH_BASELINE)
+	$(BIN)/python -m pytest -q benchmarks --benchmark-enable --benchmark-storage=file://$(BENCH_BASELINE) \
+		--benchmark-save=baseline
+
+# The nightly suite (scenarios/gate/nightly.yaml): simulator exact gate, benchmarks, live repeats
+# (statistical gate), fidelity gate; results/nightly/<stamp>/{nightly.md,junit.xml}; exit 1 on any
+# regression. NIGHTLY_ARGS=--update-baselines accepts every change (review git diff, commit).
+NIGHTLY_ARGS ?=
+nightly: setup sysdeps
+	$(BIN)/python -m pddbench.gate.nightly --live-lock /tmp/pddbench-live.lock $(NIGHTLY_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks

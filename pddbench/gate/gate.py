@@ -52,6 +52,12 @@ def _copy_filter(folder: str, names: list[str]) -> set[str]:
             (Path(folder, n).is_file() and not n.endswith(KEEP_SUFFIXES))}
 
 
+def copy_inputs(src: Path, dst: Path) -> None:
+    """A new baseline folder from a result folder: its gate inputs only."""
+    src = src if src.is_dir() else src.parent
+    shutil.copytree(src, dst, ignore=_copy_filter)
+
+
 def replace_baseline(cand: GateInput, base: GateInput) -> str:
     """Copy the candidate over the baseline: into a temporary folder beside it, then two renames
     (the old baseline stays until the new one is complete, and is restored if the swap fails)."""

@@ -85,6 +85,8 @@ def junit(results: list[dict], extra_cases: list[dict] | None = None) -> str:
             cases.append(case)
     for extra in extra_cases or []:
         case = ET.Element("testcase", classname=extra["suite"], name=extra["name"])
+        if extra.get("skipped"):
+            ET.SubElement(case, "skipped", message=extra["skipped"])
         if extra.get("failure"):
             ET.SubElement(case, "failure", message=extra["failure"][:200], type="failure").text = extra["failure"]
         if extra.get("output"):
