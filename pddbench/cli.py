@@ -472,8 +472,11 @@ def main(argv: list[str] | None = None) -> None:
     from typer.exceptions import Abort, Exit
 
     try:
-        _finite_options(sys.argv[1:] if argv is None else argv)
-        rc = app(args=argv, prog_name="pddbench", standalone_mode=False)
+        args = sys.argv[1:] if argv is None else list(argv)
+        _finite_options(args)
+        command = typer.main.get_command(app)  # invoked here: typer's main() would turn Ctrl-C into exit 130 silently
+        with command.make_context("pddbench", args) as ctx:
+            rc = command.invoke(ctx)
     except NoArgsIsHelpError as exc:
         exc.show()
         sys.exit(2)
@@ -487,6 +490,11 @@ def main(argv: list[str] | None = None) -> None:
         _one_line(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
         _one_line(str(exc) or "interrupted; nothing was written", 130, color="yellow", prefix="")
+    except BrokenPipeError:  # `pddbench ... | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

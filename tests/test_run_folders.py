@@ -1,0 +1,162 @@
+"""Output places and run folders: refused before any work, claimed atomically, and after Ctrl-C
+either gone or marked interrupted in every file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.inprocess import cli
+
+TINY = ["--set", "workload.synth.requests=30"]
+
+
+@pytest.fixture
+def places(tmp_path):
+    """A file, a path under that file and an existing run folder."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    return {"file": (a_file, "is a file"), "under": (a_file / "sub", "lies under"),
+            "run": (run, "existing run folder")}
+
+
+def _commands(tmp_path: Path, out: str) -> list[list[str]]:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n')
+    return [["run", "paper/pdd", *TINY, out], ["capacity", "paper/pdd", *TINY, out],
+            ["compare", str(tmp_path), out], ["trace", "stats", str(trace), out],
+            ["fidelity", str(tmp_path), out], ["replay", "--endpoint", "http://127.0.0.1:9", "--trace", str(trace), out],
+            ["handoff-bench", "--loopback", "--trials", "2", out]]
+
+
+@pytest.mark.parametrize("kind", ["file", "under", "run"])
+def test_every_writing_command_refuses_a_bad_out_before_work(tmp_path, places, kind):
+    place, words = places[kind]
+    _commands(tmp_path, "")  # writes the trace the commands read
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for option in ("--out", "--results"):
+        for args in _commands(tmp_path, f"{option}={place}"):
+            if option == "--results" and (kind == "run" or args[0] in ("trace", "fidelity")):
+                continue  # an existing folder is a fine results root; these commands have no --results
+            res = cli(*args)
+            assert res.code == 2, (args, res.err)
+            assert res.one_line and (words in res.err or "not a folder" in res.err), (args, res.err)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_trace_synth_out_places(tmp_path, places):
+    assert cli("trace", "synth", "--requests", "3", "--out", str(places["under"][0])).code == 2
+    assert "folder, not a file" in cli("trace", "synth", "--requests", "3", "--out", str(tmp_path)).err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_out_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    res = cli("run", "paper/pdd", *TINY, "--out", str(locked / "x"))
+    assert res.code == 2 and "not writable" in res.err
+
+
+def test_error_after_claim_removes_the_folder_and_the_rerun_works(tmp_path):
+    out = tmp_path / "out"
+    res = cli("run", "paper/pdd", *TINY, "--set", "network.wan=no-such-profile", "--out", str(out))
+    assert res.code == 2 and not out.exists()
+    assert cli("run", "paper/pdd", *TINY, "--out", str(out)).code == 0
+    assert (out / "summary.json").is_file() and not (out / ".claim").exists()
+
+
+_CLAIM = """
+import sys, time
+from pathlib import Path
+from pddbench.io import claim_out_folder
+from pddbench.errors import UserError
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+try:
+    claim_out_folder(Path(sys.argv[1]))
+    print("claimed")
+except UserError as exc:
+    print("refused", exc)
+"""
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_claim_is_atomic_among_processes(tmp_path, exists):
+    out = tmp_path / "same"
+    if exists:
+        out.mkdir()
+    start = time.time() + 1.5  # every process spins until then, so they race
+    procs = [subprocess.Popen([sys.executable, "-c", _CLAIM, str(out), str(start)], stdout=subprocess.PIPE,
+                              text=True, cwd=REPO) for _ in range(6)]
+    results = [p.communicate(timeout=60)[0] for p in procs]
+    assert sum(r.startswith("claimed") for r in results) == 1, results
+    assert all(r.startswith(("claimed", "refused")) for r in results), results
+
+
+def test_two_runs_same_out_exactly_one_proceeds(tmp_path):
+    out = tmp_path / "same"
+    args = [sys.executable, "-m", "pddbench", "run", "paper/pdd", *TINY, "--out", str(out)]
+    procs = [subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    done = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in done)
+    assert codes == [0, 2], done
+    loser = next(err for code, err in done if code == 2)
+    assert "Traceback" not in loser and len(loser.strip().splitlines()) == 1
+
+
+def _long_run(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pddbench", "run", "paper/pdd", "--set", "workload.synth.requests=60000",
+                             "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 1.5, 4.0])
+def test_sigint_leaves_nothing_or_a_folder_marked_interrupted(tmp_path, delay_s):
+    out = tmp_path / "run"
+    proc = _long_run(out)
+    deadline = time.time() + 60
+    while not (out / ".claim").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)  # started: the folder is claimed
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    print(delay_s, proc.returncode, last)
+    if proc.returncode == 0:  # finished before the signal: a complete run
+        assert json.loads((out / "summary.json").read_text())["interrupted"] is False
+        return
+    assert proc.returncode == 130 and last.startswith("interrupted"), err
+    if not out.exists():
+        assert "nothing kept" in last
+        return
+    assert "kept" in last and not (out / ".claim").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert "INTERRUPTED" in (out / "run.log").read_text()
+    import pandas as pd
+
+    assert (pd.read_parquet(out / "records.parquet")["failure_reason"] == "interrupted").any()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["scenario.yaml", "records.parquet", "summary.json", "ttft_cdf.png", "ttft_legs.png",
+         "hit_rate_over_time.png", "run.log"])
+
+
+def test_cli_subprocess_one_line_errors(tmp_path):
+    for args in (["run"], ["run", "paper/pdd", "--nope"], ["trace", "stats", str(tmp_path)],
+                 ["trace", "stats", "x", "--window-s", "nan"]):
+        res = run_cli(*args)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error:"), (args, res.stderr)
