@@ -95,6 +95,13 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None, workers: int | None):
+        address = address or os.environ.get("RAY_ADDRESS") or None  # Ray's own way to name a cluster
+        if address and address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost"):
+            # A loopback head (ray start --node-ip-address=127.0.0.1): Ray rewrites 127.0.0.1 to
+            # this machine's address unless told it is not clustering across machines.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if address and "RAY_AUTH_MODE" not in os.environ and _ray_token_available():
+            os.environ["RAY_AUTH_MODE"] = "token"  # `ray start` clusters require the token by default
         try:
             import ray
         except ImportError:
@@ -102,10 +109,15 @@ class RayExecutor(Executor):
                             "(or pip install 'ray[default]')") from None
         self._ray = ray
         kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            ray.init(num_cpus=workers or os.cpu_count(), **kwargs)
+        try:
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=workers or os.cpu_count(), **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"--ray {address or 'local'}: {first} (a `ray start` cluster needs its token: "
+                            "RAY_AUTH_TOKEN or ~/.ray/auth_token, with RAY_AUTH_MODE=token)") from None
         self.address = address or "local"
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(num_cpus=1, max_retries=1)(execute)
@@ -143,6 +155,11 @@ class RayExecutor(Executor):
                 except Exception:  # noqa: BLE001 - already finished or gone
                     pass
         self._ray.shutdown()
+
+
+def _ray_token_available() -> bool:
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return bool(os.environ.get("RAY_AUTH_TOKEN")) or os.path.isfile(path)
 
 
 def default_jobs() -> int:

@@ -1,0 +1,228 @@
+"""`pddbench sweep`: sweep-file errors, results independent of the executor (-j 1, -j 2, a real
+Ray head), resume, failed points, Ctrl-C, and the k-section capacity search."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pddbench.errors import InputError, Interrupted
+from pddbench.sweep.spec import load_sweep
+from tests.conftest import run_cli
+
+SMALL = """\
+base: paper/pdd
+measure: {measure}
+capacity: {{iterations: 3}}
+set: [workload.synth.requests=150]
+axes:
+  network.wan: [cross-city-10g, cross-city-100g]
+  sla.tpot_ms: [80, 100]
+"""
+
+
+def _sweep(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _run(path: Path, out: Path, jobs: int, **kw) -> Path:
+    from pddbench.sweep.run import run_sweep
+
+    return run_sweep(path, out=out, jobs=jobs, **kw)
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, line, field, words", [
+    ("base: paper/pdd\naxes:\n  sla.tpot_ms: 80\n", 3, "axes.sla.tpot_ms", "list of values"),
+    ("base: paper/pdd\naxes:\n  sla.tpot_ms: {range: [80, 100, 0]}\n", 3, "axes.sla.tpot_ms.range", "step"),
+    ("base: paper/pdd\nmesure: run\n", 2, "mesure", "not permitted"),
+    ("base: paper/pdd\nrepeats: 0\n", 2, "repeats", "greater than or equal to 1"),
+    ("base: paper/pdd\naxes:\n  zip:\n    sla.tpot_ms: [80, 100]\n    sla.ttft_ms: [1000]\n", 5,
+     "axes.zip.sla.ttft_ms", "equal lengths"),
+    ("base: paper/pdd\naxes:\n  sla.tpot_ms: [80, -1]\n", 3, "axes.sla.tpot_ms", "greater than 0"),
+    ("base: paper/pdd\naxes:\n  slaa.tpot_ms: [80]\n", 3, "axes.slaa.tpot_ms", "not permitted"),
+    ("base: paper/pdd\naxes:\n  network.wan: [cross-city-10g, no-such-line]\n", 3, "axes.network.wan", "no such link profile"),
+    ("base: paper/pdd\naxes:\n  seed: [1, 2]\n", 3, "axes.seed", "repeats"),
+    ("base: paper/no-such\n", 1, "base", "no such scenario"),
+    ("base: paper/pdd\nset: [sla.tpot_ms=fast]\n", 2, "set.0", "number"),
+])
+def test_bad_sweep_file_names_file_line_field(tmp_path, body, line, field, words):
+    path = _sweep(tmp_path, body)
+    with pytest.raises(InputError) as exc:
+        load_sweep(path)
+    assert exc.value.path == str(path) and exc.value.line == line and exc.value.field == field, str(exc.value)
+    assert words in str(exc.value)
+
+
+def test_bad_sweep_cli_one_line_exit_2(tmp_path):
+    path = _sweep(tmp_path, "base: paper/pdd\naxes:\n  sla.tpot_ms: [80, -1]\n")
+    res = run_cli("sweep", path, "--out", tmp_path / "o")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and f"{path}:3" in res.stderr and "sla.tpot_ms" in res.stderr
+    assert not (tmp_path / "o").exists()  # validated before any work
+
+
+def test_axes_expand_range_linspace_zip(tmp_path):
+    sw = load_sweep(_sweep(tmp_path, "base: paper/pdd\nrepeats: 2\naxes:\n  sla.tpot_ms: {range: [60, 100, 20]}\n"
+                                     "  zip:\n    sla.ttft_ms: {linspace: [1000, 2000, 2]}\n    network.wan_lines: [1, 2]\n"))
+    assert sw.axis_values == {"sla.tpot_ms": [60, 80, 100], "sla.ttft_ms": [1000, 2000], "network.wan_lines": [1, 2]}
+    assert len(sw.points) == 3 * 2 * 2 and len({p.key for p in sw.points}) == 12
+    p = sw.points[3]  # point 1 (tpot 60, second zip row), repeat 1
+    assert (p.index, p.repeat, p.scenario.seed, p.scenario.workload.synth.seed) == (1, 1, 1, 1)
+    assert (p.scenario.sla.tpot_ms, p.scenario.sla.ttft_ms, p.scenario.network.wan_lines) == (60, 2000, 2)
+
+
+# -- results do not depend on the executor ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_capacity(tmp_path_factory):
+    """The small capacity sweep run in this process (-j 1): the reference bytes."""
+    tmp = tmp_path_factory.mktemp("local")
+    path = _sweep(tmp, SMALL.format(measure="capacity"))
+    return path, _run(path, tmp / "j1", 1)
+
+
+def test_j1_j2_identical_points_parquet(local_capacity, tmp_path):
+    path, j1 = local_capacity
+    j2 = _run(path, tmp_path / "j2", 2)
+    assert (j1 / "points.parquet").read_bytes() == (j2 / "points.parquet").read_bytes()
+    df = pd.read_parquet(j1 / "points.parquet")
+    assert list(df["point"]) == [0, 1, 2, 3] and (df["status"] == "ok").all()
+    assert list(df.columns[:8]) == ["point", "repeat", "seed", "key", "network.wan", "sla.tpot_ms", "status", "error"]
+    assert "ttft_ms.p90" in df and "capacity.throughput_within_sla_rps" in df and "sim_wall_s" not in df
+    assert not any(c.startswith("provenance") for c in df.columns)
+    assert (df["capacity.throughput_within_sla_rps"] > 0).all()
+    assert json.loads((j2 / "sweep.json").read_text())["state"] == "complete"
+    assert (j1 / "summary.md").is_file() and (j1 / "capacity.throughput_within_sla_rps-heatmap.png").is_file()
+    assert json.loads((j2 / "timings.json").read_text())["executor"]["executor"] == "process-pool"
+
+
+def test_resume_skips_finished_points(tmp_path, monkeypatch):
+    import pddbench.sweep.executors as executors
+
+    path = _sweep(tmp_path, SMALL.format(measure="run"))
+    out = _run(path, tmp_path / "o", 1)
+    before = (out / "points.parquet").read_bytes()
+    files = sorted((out / "points").glob("*.json"))
+    gone = files[1]
+    gone.unlink()
+    mtimes = {f: f.stat().st_mtime_ns for f in files if f != gone}
+    calls = []
+    real = executors.execute
+    monkeypatch.setattr(executors, "execute", lambda *a: calls.append(1) or real(*a))
+    _run(path, None, 1, resume=out)
+    assert len(calls) == 1 and gone.is_file()
+    assert all(f.stat().st_mtime_ns == m for f, m in mtimes.items())
+    assert (out / "points.parquet").read_bytes() == before
+    assert json.loads((out / "sweep.json").read_text())["points_kept_from_before"] == 3
+
+
+def test_failed_point_recorded_rest_finish(tmp_path, monkeypatch):
+    import pddbench.sweep.tasks as tasks
+
+    real = tasks.KINDS["point"]
+
+    def flaky(task, files):
+        if task["scenario"]["sla"]["tpot_ms"] == 80 and task["scenario"]["network"]["wan"]["name"] == "cross-city-100g":
+            raise RuntimeError("boom at this point")
+        return real(task, files)
+    monkeypatch.setitem(tasks.KINDS, "point", flaky)
+    out = _run(_sweep(tmp_path, SMALL.format(measure="run")), tmp_path / "o", 1)
+    df = pd.read_parquet(out / "points.parquet")
+    assert list(df["status"]) == ["ok", "ok", "failed", "ok"]
+    assert df.loc[2, "error"] == "RuntimeError: boom at this point" and pd.isna(df.loc[2, "ttft_ms.p90"])
+    assert "boom at this point" in (out / "summary.md").read_text()
+
+
+def test_ctrl_c_keeps_finished_points(tmp_path, monkeypatch):
+    import pddbench.sweep.executors as executors
+
+    real = executors.InlineExecutor.run
+
+    def interrupted(self, payloads):
+        for n, item in enumerate(real(self, payloads)):
+            if n == 2:
+                raise KeyboardInterrupt
+            yield item
+    monkeypatch.setattr(executors.InlineExecutor, "run", interrupted)
+    path = _sweep(tmp_path, SMALL.format(measure="run"))
+    with pytest.raises(Interrupted) as exc:
+        _run(path, tmp_path / "o", 1)
+    assert "kept 2 of 4 points" in str(exc.value) and "--resume" in str(exc.value)
+    out = tmp_path / "o"
+    assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"
+    assert (out / "INTERRUPTED").is_file() and "INTERRUPTED" in (out / "summary.md").read_text()
+    assert len(list((out / "points").glob("*.json"))) == 2
+    monkeypatch.setattr(executors.InlineExecutor, "run", real)
+    _run(path, None, 1, resume=out)
+    assert not (out / "INTERRUPTED").exists() and len(pd.read_parquet(out / "points.parquet")) == 4
+
+
+# -- capacity: k-section ---------------------------------------------------------------------
+
+def test_k_section_matches_bisection_within_resolution():
+    from pddbench.capacity import search_capacity
+    from pddbench.scenario import load_scenario
+    from pddbench.sweep.executors import InlineExecutor
+
+    sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
+    bis = search_capacity(sc, 5)
+    same = search_capacity(sc, 5, executor=InlineExecutor(), probes_per_round=1)
+    assert same == bis  # k = 1 through an executor is the same bisection
+    for k in (2, 3):
+        ks = search_capacity(sc, 5, executor=InlineExecutor(), probes_per_round=k)
+        assert ks["probes_per_round"] == k and ks["resolution_rate_scale"] <= bis["resolution_rate_scale"] + 1e-9
+        tol = bis["resolution_rate_scale"] + ks["resolution_rate_scale"]
+        assert abs(ks["rate_scale"] - bis["rate_scale"]) <= tol + 1e-6
+        per_scale = bis["throughput_within_sla_rps"] / bis["rate_scale"]
+        assert abs(ks["throughput_within_sla_rps"] - bis["throughput_within_sla_rps"]) <= tol * per_scale * 1.001
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_processes() -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_ray_head_gives_the_same_bytes(local_capacity, tmp_path):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'pddbench[cluster]')")
+    if _ray_processes():
+        pytest.skip("a Ray cluster is already running on this machine; not touching it")
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    path, j1 = local_capacity
+    try:
+        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                        "--include-dashboard=false", "--disable-usage-stats"], check=True, env=env,
+                       capture_output=True, timeout=180)
+        res = run_cli("sweep", path, f"127.0.0.1:{port}", "--ray", "--out", tmp_path / "ray", timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    assert (tmp_path / "ray" / "points.parquet").read_bytes() == (j1 / "points.parquet").read_bytes()
+    assert json.loads((tmp_path / "ray" / "sweep.json").read_text())["executor"]["executor"] == "ray"
+    for _ in range(20):
+        if not _ray_processes():
+            break
+        time.sleep(0.5)
+    assert not _ray_processes()
