@@ -23,4 +23,14 @@ def resolve_scenario(ref: str | Path) -> Path:
 
 def shipped_scenario_names() -> list[str]:
     return sorted(str(p.relative_to(SCENARIOS).with_suffix("")) for p in SCENARIOS.glob("*/*.yaml")
-                  if p.stem != "base")
+                  if p.stem != "base" and p.parent.name != "sweeps")  # sweeps/ holds sweep files
+
+
+def resolve_sweep(ref: str | Path) -> Path:
+    """A sweep file by path, else a shipped one by name: 'wan-x-tpot-capacity' or 'sweeps/...'."""
+    path = Path(ref)
+    if path.exists() or path.is_absolute():
+        return path
+    name = path.name if path.suffix else path.with_suffix(".yaml").name
+    shipped = SCENARIOS / "sweeps" / name
+    return shipped if shipped.is_file() else path

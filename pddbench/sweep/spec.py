@@ -31,7 +31,7 @@ from pddbench.errors import InputError, UserError
 from pddbench.loading import load_yaml, read_text
 from pddbench.scenario import (Scenario, _clean_loc, _clean_msg, _numbers, _read_yaml, _resolve_beside, _where,
                                _yaml_line)
-from pddbench.shipped import resolve_scenario
+from pddbench.shipped import resolve_scenario, resolve_sweep
 from pddbench.sweep.payload import FILE_FIELDS, ship_scenario
 
 MAX_POINTS = 100_000
@@ -224,7 +224,7 @@ def point_key(shipped: dict, measure: str, repeat: int, iterations: int | None) 
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    path = Path(path)
+    path = resolve_sweep(path)
     text = read_text(path, "sweep file")
     where = _Loc(path, text)
     raw = load_yaml(text, str(path))
