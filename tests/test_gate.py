@@ -240,3 +240,30 @@ def test_run_repeat_writes_repeat_folders(tmp_path):
         assert "provenance" in json.loads((out / r / "summary.json").read_text())
     res = run_cli("gate", out, "--baseline", out, "--history", tmp_path / "h")  # sim repeats: exact mode
     assert res.returncode == 0 and "identical" in res.stdout
+
+
+def test_nightly_sim_part_creates_then_gates_baselines(tmp_path):
+    import subprocess
+    import sys
+
+    def nightly(overrides, out, *extra):
+        cfg = tmp_path / f"{out}.yaml"
+        cfg.write_text(json.dumps({"baselines": str(tmp_path / "baselines"),
+                                   "sim": {"overrides": overrides, "scenarios": ["paper/same-dc-pd"]}}))
+        return subprocess.run([sys.executable, "-m", "pddbench.gate.nightly", "--config", cfg, "--only", "sim",
+                               "--out", tmp_path / out, "--history", tmp_path / "hist", *extra],
+                              capture_output=True, text=True, cwd=REPO, timeout=300)
+    small = ["workload.synth.requests=100"]
+    res = nightly(small, "n0")
+    assert res.returncode == 1 and "no baseline" in (tmp_path / "n0" / "nightly.md").read_text()
+    assert nightly(small, "n1", "--update-baselines").returncode == 0
+    assert (tmp_path / "baselines" / "sim" / "same-dc-pd" / "records.parquet").is_file()
+    res = nightly(small, "n2")
+    assert res.returncode == 0, res.stderr
+    assert "identical to the baseline" in (tmp_path / "n2" / "nightly.md").read_text()
+    res = nightly([*small, "sla.ttft_ms=100"], "n3")  # a tighter SLA: slo_attainment and goodput fall
+    assert res.returncode == 1, res.stderr
+    md = (tmp_path / "n3" / "nightly.md").read_text()
+    assert "FAIL" in md and "`slo_attainment`" in md and "history-slo_attainment.png" in md
+    root = ET.parse(tmp_path / "n3" / "junit.xml").getroot()
+    assert int(root.get("failures")) >= 1
