@@ -162,7 +162,7 @@ def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, ou
     into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder.
     `jobs` > 1 or `ray` probes several rates per round through that executor."""
     from pddbench.io import run_folder, write_json
-    from pddbench.runner import check_out_options
+    from pddbench.io import check_out_options
     from pddbench.report.capacity_figure import capacity_figure
     from pddbench.scenario import load_scenario
     from pddbench.sweep.executors import make_executor

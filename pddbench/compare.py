@@ -118,7 +118,7 @@ def run_compare(folders: list[Path], out: Path | None, results: Path,
     """`pddbench compare`: check the output place, read every run, then claim the folder (`out`
     or a new RESULTS/compare/<run-id>/) and write the comparison."""
     from pddbench.io import run_folder
-    from pddbench.runner import check_out_options
+    from pddbench.io import check_out_options
 
     check_out_options(out, results)
     runs = load_runs(folders, warn)

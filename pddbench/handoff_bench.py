@@ -33,7 +33,7 @@ def run_handoff_bench(cfg: BenchSettings, out: Path | None, results: Path) -> tu
     (new or empty) or a new results/handoff-bench/<run-id>/; returns the summary and the folder."""
     from netem import load_profile
     from pddbench.live.replay import check_endpoint
-    from pddbench.runner import check_out_options
+    from pddbench.io import check_out_options
 
     if cfg.md_endpoint:
         check_endpoint(cfg.md_endpoint, "--md-endpoint")

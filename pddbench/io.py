@@ -226,3 +226,11 @@ def _failed(folder: RunFolder, exc: BaseException) -> None:
 def interrupted_title(title: str, interrupted: bool) -> str:
     """Figure titles of an interrupted run say so."""
     return f"{title} (INTERRUPTED: partial)" if interrupted else title
+
+
+def check_out_options(out: Path | None, results_root: Path) -> None:
+    """Refuse an unusable --out / --results before any work."""
+    if out is not None:
+        check_out_place(out)
+    else:
+        check_out_place(results_root, "--results")

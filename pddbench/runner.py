@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pddbench.errors import UserError
-from pddbench.io import check_out_place, run_folder, write_json, write_text
+from pddbench.io import check_out_options, check_out_place, run_folder, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.records import write_records
 from pddbench.scenario import Scenario, load_scenario
@@ -48,14 +48,6 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
     span_s = (records["arrival_ms"].max() - records["arrival_ms"].min()) / 1000 if n > 1 else 0
     summary["offered_rps"] = round((n - 1) / span_s, 6) if span_s else None
     return records, summary
-
-
-def check_out_options(out: Path | None, results_root: Path) -> None:
-    """Refuse an unusable --out / --results before any work."""
-    if out is not None:
-        check_out_place(out)
-    else:
-        check_out_place(results_root, "--results")
 
 
 def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path | None = None) -> Path:

@@ -97,7 +97,7 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     replay; `options` are replay()'s keywords. Exit 1 (RunFailed) when every request failed."""
     from pddbench.errors import RunFailed, UserError
     from pddbench.io import run_folder
-    from pddbench.runner import check_out_options
+    from pddbench.io import check_out_options
     from pddbench.workload.trace import load_trace
 
     check_endpoint(endpoint, "--endpoint")
