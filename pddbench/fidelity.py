@@ -107,8 +107,21 @@ def _refuse_interrupted(live_dir: Path) -> None:
                         "were cut off; compare a complete live run")
 
 
-TWINS = {"same_dc_pd": "sim-twin-same-dc-pd.yaml", "cross_dc_pd": "sim-twin-cross-dc-pd.yaml"}
-LINK_OF = {"same_dc_pd": "network.rdma", "cross_dc_pd": "network.wan"}  # the link P -> D crosses
+TWINS = {"same_dc_pd": "sim-twin-same-dc-pd.yaml", "cross_dc_pd": "sim-twin-cross-dc-pd.yaml",
+         "pdd": "sim-twin-pdd.yaml"}
+LINK_OF = {"same_dc_pd": "network.rdma", "cross_dc_pd": "network.wan", "pdd": "network.wan"}  # P -> D (pdd: -> MD)
+NEEDS_TRANSFER = ("cross_dc_pd", "pdd")  # twins whose WAN must be the measured transfer
+
+
+def request_mix(frame) -> dict:
+    """What the PDD policy did with the requests: relay token share, pipelines, handoff modes and
+    handoffs (requests MD took over from the relay), transfers aborted."""
+    out_tokens = float(frame["output_tokens"].sum())
+    handoffs = frame["handoff_mode"].isin(["one_shot", "catch_up"])
+    return {"relay_token_share": float(frame["relay_tokens"].sum()) / out_tokens if out_tokens else 0.0,
+            "pipelines": {str(k): int(v) for k, v in frame["pipeline"].value_counts().sort_index().items()},
+            "handoff_modes": {str(k): int(v) for k, v in frame["handoff_mode"].value_counts().sort_index().items()},
+            "handoffs": int(handoffs.sum()), "transfers_aborted": int(frame["transfer_aborted"].sum())}
 
 
 def default_twin(kind: str) -> Path:
@@ -165,7 +178,7 @@ def compare_run(live_dir: Path, twin: Path | None):
         link = fit_link(read_number_table(xfer, "transfer calibration table"))
         rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
         overrides.append(f"{LINK_OF[live_kind]}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}")
-    elif live_kind == "cross_dc_pd":
+    elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")
     sc = load_scenario(twin, overrides)
@@ -254,7 +267,8 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
               "ttft": rows, "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
               "gaps_beyond_live_spread": [r["percentile"] for r in rows if not r["within_live_spread"]],
               "ttft_parts": phase_table(live_ok, sim_ok), "tpot": tpot_rows,
-              "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())}}
+              "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())},
+              "mix": {"live": request_mix(live_ok), "sim": request_mix(sim_ok)}}
     if len(runs) > 1:
         result["live_ttft_per_repeat"] = [{f"p{q}": float(np.percentile(g[0], q)) for q in PERCENTILES}
                                           for g in ttft_groups]

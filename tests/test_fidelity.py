@@ -41,10 +41,10 @@ def test_each_live_deployment_has_its_twin_or_a_clear_refusal():
     from pddbench.errors import UserError
     from pddbench.fidelity import default_twin
 
-    for kind in ("same_dc_pd", "cross_dc_pd"):
+    for kind in ("same_dc_pd", "cross_dc_pd", "pdd"):
         assert default_twin(kind).is_file()
     with pytest.raises(UserError, match="--twin"):
-        default_twin("pdd")
+        default_twin("colocated")
 
 
 def test_fidelity_names_what_is_missing(tmp_path):
@@ -134,7 +134,7 @@ def test_a_repeat_folder_lists_its_repeats(tmp_path):
     assert live_runs(tmp_path) == [tmp_path / "repeat-0", tmp_path / "repeat-1"]
 
 
-def _fake_live_run(folder, scale, seed_shift=0.0):
+def _fake_live_run(folder, scale, seed_shift=0.0, live="live/same-dc-pd", twin_name="sim-twin-same-dc-pd.yaml"):
     """A live-looking run folder whose records are the twin's own, TTFT scaled by `scale` (no vLLM)."""
     import shutil
 
@@ -147,13 +147,13 @@ def _fake_live_run(folder, scale, seed_shift=0.0):
     from pddbench.workload.trace import write_trace
 
     folder.mkdir(parents=True)
-    live_sc = load_scenario("live/same-dc-pd", ["workload.synth.requests=60"])
+    live_sc = load_scenario(live, ["workload.synth.requests=60"])
     (folder / "scenario.yaml").write_text(yaml.safe_dump(live_sc.model_dump(mode="json"), sort_keys=False))
     reqs = workload_requests(live_sc)
     write_trace(folder / "trace.jsonl", reqs)
     calib = REPO / "scenarios" / "live" / "engine_calibration.example.csv"
     shutil.copy(calib, folder / "engine_calibration.csv")
-    twin = load_scenario(REPO / "scenarios" / "live" / "sim-twin-same-dc-pd.yaml",
+    twin = load_scenario(REPO / "scenarios" / "live" / twin_name,
                          [f"latency.calibration_csv={calib}", "workload.synth.requests=60"])
     rec, _ = simulate_summary(twin, reqs=reqs)
     rec["ttft_ms"] = rec["ttft_ms"] * scale + seed_shift
@@ -169,6 +169,7 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
     _fake_live_run(tmp_path / "one", 1.25)
     res = fidelity(tmp_path / "one", None, tmp_path / "one" / "fid", n_boot=200)
     assert res["repeats"] == 1 and res["bootstrap"]["over"] == "requests"
+    assert res["mix"]["live"] == res["mix"]["sim"] and res["mix"]["live"]["pipelines"] == {"p_d": 60}
     for r in res["ttft"]:
         assert np.isclose(r["error_pct"], -20.0)  # sim = live / 1.25 on every request
         assert r["error_pct_ci"][0] <= r["error_pct"] <= r["error_pct_ci"][1]
@@ -182,3 +183,20 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
     res = fidelity(reps, None, reps / "fid", n_boot=200)
     assert res["repeats"] == 2 and res["bootstrap"]["over"] == "repeats, then requests"
     assert len(res["live_ttft_per_repeat"]) == 2 and res["requests_paired"] == 120
+
+
+def test_pdd_twin_compares_the_request_mix(tmp_path):
+    from pddbench.fidelity import fidelity
+
+    run = tmp_path / "pdd"
+    _fake_live_run(run, 1.0, 0.0, "live/pdd", "sim-twin-pdd.yaml")
+    # P -> MD measured from dc-a: 100 ms + 50 Mbit/s
+    (run / "kv_transfer_calibration.csv").write_text("tokens,kv_bytes,transfer_ms\n" + "".join(
+        f"{n},{n * 2048},{100 + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096)))
+    res = fidelity(run, None, run / "fid", n_boot=100)
+    assert res["twin_scenario"].endswith("sim-twin-pdd.yaml") and res["tpot"]
+    assert abs(res["kv_link_fitted"]["delay_ms"] - 100) < 1e-6
+    for side in ("live", "sim"):
+        mix = res["mix"][side]
+        assert set(mix["pipelines"]) <= {"p_md", "p_rld_md", "p_rld"} and sum(mix["pipelines"].values()) == 60
+        assert 0 < mix["relay_token_share"] < 1 and mix["handoffs"] >= 0

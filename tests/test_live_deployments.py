@@ -32,8 +32,8 @@ def test_placement_front_and_network_agree(kind):
     specs = p.engines("/model", PORT)
     assert p.front is None or p.front in FRONTS
     assert p.front is not None or len(specs) == 1  # without a front the client talks to the one engine
-    if p.calibrated:
-        assert len(specs) <= 2  # calibration measures one P and one D
+    if p.calibrated:  # calibration measures P (first) and the last decoder, which takes P's KV
+        assert len(specs) == 1 or (specs[0].kv_role == "kv_producer" and specs[-1].kv_role == "kv_consumer")
     if p.cross_dc:
         assert specs[0].netns == DC_A.netns and p.client_netns == DC_A.netns and p.client_host == DC_A.address
         assert any(s.netns == DC_B.netns for s in specs)  # something sits behind the WAN
@@ -84,6 +84,8 @@ def test_run_live_tears_down_front_engines_and_wan_on_ctrl_c(tmp_path, monkeypat
     monkeypatch.setattr(deploy, "running_front", cm("front", "http://10.77.0.1:8300"))
     monkeypatch.setattr(deploy, "kv_bytes_per_token", lambda _model: 1024)
     monkeypatch.setattr(deploy, "run_replay", replay)
+    probe = {"capacity_rps": 2.0, "requests": 24, "concurrency": 4, "makespan_s": 12.0, "mean_probe_input_tokens": 400.0}
+    monkeypatch.setattr(deploy, "run_capacity_probe", lambda *_a, **_k: probe)  # live.load's probe, before the replay
     sc = load_scenario("live/pdd", ["live.model_dir=/model"])
     with pytest.raises(KeyboardInterrupt):
         deploy.run_live(sc, tmp_path)

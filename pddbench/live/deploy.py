@@ -100,7 +100,8 @@ def _model_dir(cfg: LiveConfig, run_dir: Path) -> str:
 
 def calibrate_after_replay(cfg: LiveConfig, placement: Placement, specs: list[EngineSpec], model_dir: str,
                            run_dir: Path, logs: Path) -> dict | None:
-    """P's and D's step times when the scenario asks (one P, one D only); then, across datacenters,
+    """P's and the last decoder's step times (D; MD in pdd) and the P -> D/MD transfer when the
+    scenario asks; then, across datacenters,
     the emulated link's calibration, which is returned (None on one host)."""
     if cfg.calibrate_engine and placement.calibrated:
         transfer = kv_bytes_per_token(model_dir) if len(specs) > 1 else 0  # one engine: no P -> D transfer

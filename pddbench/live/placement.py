@@ -47,7 +47,7 @@ class Placement:
     front: str | None  # "pd_proxy", "pdd_router", or None: the client talks to the one engine
     pipeline: str      # label the replay client writes into every record
     cross_dc: bool     # needs the emulated WAN; the front and the client then sit in dc-a
-    calibrated: bool   # one P and one D: what `live.calibrate_engine` can measure
+    calibrated: bool   # what `live.calibrate_engine` can measure: P (first engine) and the last decoder, P -> it
 
     @property
     def client_netns(self) -> str | None:
@@ -63,5 +63,6 @@ PLACEMENTS: dict[str, Placement] = {
     "colocated": Placement(colocated_specs, front=None, pipeline="colocated", cross_dc=False, calibrated=True),
     "same_dc_pd": Placement(same_dc_specs, front="pd_proxy", pipeline="p_d", cross_dc=False, calibrated=True),
     "cross_dc_pd": Placement(cross_dc_specs, front="pd_proxy", pipeline="p_d", cross_dc=True, calibrated=True),
-    "pdd": Placement(pdd_specs, front="pdd_router", pipeline="pdd", cross_dc=True, calibrated=False),
+    # pdd: P's prefill, MD's decode steps and the P -> MD pull over the WAN (RLD shares MD's engine type)
+    "pdd": Placement(pdd_specs, front="pdd_router", pipeline="pdd", cross_dc=True, calibrated=True),
 }
