@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     reqs = build_requests(trace, a.block_size, tuple(a.vocab), [0.0] * len(trace))
     outcomes, _ = run_sync(ReplayClient(a.endpoint, a.model, timeout_s=a.timeout_s).run(reqs, a.concurrency))
     failed = [o.failure for o in outcomes if o.failure or not o.token_times_s]
-    rows = [{"input_tokens": o.req.prompt.__len__(), "output_tokens": o.req.output_tokens,
+    rows = [{"input_tokens": len(o.req.prompt), "output_tokens": o.req.output_tokens,
              "send_s": o.send_s, "first_token_s": o.token_times_s[0] if o.token_times_s else None,
              "done_s": o.token_times_s[-1] if o.token_times_s else None, "failure": o.failure} for o in outcomes]
     result = {"method": METHOD, "requests": len(reqs), "concurrency": a.concurrency, "failed": len(failed),
