@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pddbench.errors import UserError
+from pddbench.errors import InputError, UserError
 from pddbench.io import check_out_options, check_out_place, run_folder, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.records import write_records
@@ -61,13 +63,25 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
     reqs = simulable_requests(sc, str(path))  # a bad trace is refused before the folder is claimed
     with run_folder(out, results_root, sc.name) as folder:
         write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
-        records, summary = simulate_summary(sc, show_progress=True, reqs=reqs)
+        with _naming(path):
+            records, summary = simulate_summary(sc, show_progress=True, reqs=reqs)
         _write_sim_run(folder.path, records, summary, [f"scenario {path} overrides {overrides}",
                                                        f"run folder {folder.path}"])
         if summary["interrupted"]:
             folder.interrupted(f"{summary['requests_total']} requests ({summary['requests_completed']} completed)")
             raise KeyboardInterrupt
     return folder.path
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """A scenario the simulator refuses (e.g. weights that do not fit) is named in the message."""
+    try:
+        yield
+    except InputError:
+        raise
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
 
 
 def simulable_requests(sc: Scenario, where: str, slowest_scale: float = 1.0) -> list:
