@@ -267,3 +267,20 @@ def test_nightly_sim_part_creates_then_gates_baselines(tmp_path):
     assert "FAIL" in md and "`slo_attainment`" in md and "history-slo_attainment.png" in md
     root = ET.parse(tmp_path / "n3" / "junit.xml").getroot()
     assert int(root.get("failures")) >= 1
+
+
+def test_sweep_folders_gate_point_by_point(tmp_path):
+    spec = ("base: paper/pdd\nname: gate-sweep\nmeasure: run\nrepeats: 1\nset: [workload.synth.requests=120{extra}]\n"
+            "axes:\n  sla.tpot_ms: [80, 100]\n")
+    for name, extra in (("a", ""), ("b", ""), ("c", ", sla.ttft_ms=150")):
+        (tmp_path / f"{name}.yaml").write_text(spec.format(extra=extra))
+        res = run_cli("sweep", tmp_path / f"{name}.yaml", "--out", tmp_path / name, "-j", "1")
+        assert res.returncode == 0, res.stderr
+    res = run_cli("gate", tmp_path / "b", "--baseline", tmp_path / "a", "--history", tmp_path / "h")
+    assert res.returncode == 0 and "identical" in res.stdout, res.stdout + res.stderr
+    res = run_cli("gate", tmp_path / "c", "--baseline", tmp_path / "a", "--history", tmp_path / "h", "--json",
+                  tmp_path / "g.json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    rows = json.loads((tmp_path / "g.json").read_text())["rows"]
+    bad = {(r["subject"], r["metric"]) for r in rows if r["status"] == "regression"}
+    assert ("sla.tpot_ms=80, repeat=0", "slo_attainment") in bad
