@@ -122,7 +122,7 @@ def capacity_cmd(
 ) -> None:
     """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds;
     reports throughput_within_sla_rps and bcr (that rate per unit of hardware cost per hour)."""
-    from pddbench.capacity import run_capacity
+    from pddbench.sweep.capacity_run import run_capacity
 
     result, folder = run_capacity(scenario, set_, iterations, out, results, on_step=lambda r: console.print(
         f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken'}"

@@ -51,3 +51,33 @@ def test_load_and_a_fixed_rate_are_refused_together_in_one_line():
     assert "\n" not in str(err.value).strip()
     assert load_scenario("live/pdd", ["live.rate_rps=2", "live.load=null"]).live.rate_rps == 2
     assert load_scenario("live/pdd").live.load == 0.5
+
+
+def test_probe_process_measures_a_known_server(tmp_path):
+    """Against a server that answers every request in 40 ms + 2 ms per further token whatever
+    the load, a closed loop of 4 measures about 4 / (per-request latency)."""
+    import json
+    import subprocess
+    import sys
+
+    from pddbench.live.net import free_port, wait_port
+    from pddbench.workload.trace import write_trace
+
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),
+                            "--ttft-ms", "40", "--itl-ms", "2"])
+    try:
+        wait_port("127.0.0.1", port, timeout_s=10)
+        probe = [Request(0, 100, 6, [10_000 + i]) for i in range(16)]
+        write_trace(tmp_path / "probe.jsonl", probe)
+        res = subprocess.run([sys.executable, "-m", "pddbench.live.capacity_probe", "--endpoint", f"http://127.0.0.1:{port}",
+                              "--trace", str(tmp_path / "probe.jsonl"), "--concurrency", "4", "--out",
+                              str(tmp_path / "probe.json")], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+    finally:
+        srv.terminate()
+        srv.wait()
+    out = json.loads((tmp_path / "probe.json").read_text())
+    assert out["requests"] == 16 and out["failed"] == 0 and out["concurrency"] == 4
+    ideal = 4 / ((40 + 5 * 2) / 1000)  # 80 req/s
+    assert 0.5 * ideal < out["capacity_rps"] <= 1.05 * ideal, out["capacity_rps"]
