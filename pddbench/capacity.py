@@ -3,24 +3,19 @@
 The trace's arrival rate is scaled (workload.rate_scale) and the scenario re-simulated on the
 identical request stream: first doubling/halving to bracket the boundary, then k-section. With
 k = 1 (the default) that is bisection, exactly as before; with k > 1 each round probes k rates at
-once through an executor (`capacity -j N`): a doubling ladder of k rates while bracketing, then k
+once (`capacity -j N`: pddbench/sweep/capacity_run.py): a doubling ladder of k rates while bracketing, then k
 evenly spaced rates that cut the bracket into k + 1 parts. The number of rounds is chosen so the
 final bracket is no wider than bisection's, so the answer agrees within that resolution.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from pddbench.runner import simulate_summary
 from pddbench.scenario import Scenario
 from pddbench.workload.source import workload_requests
-
-if TYPE_CHECKING:
-    from pddbench.sweep.executors import Executor
 
 ProbeMany = Callable[[list[float]], list[dict]]  # absolute rate scales -> their summaries, in order
 LADDER_LIMIT = 8  # bracketing stops at 2**8 and 2**-8 times the scenario's rate
@@ -51,27 +46,6 @@ def _local_prober(sc: Scenario) -> ProbeMany:
                 raise KeyboardInterrupt
             out.append(s)
         return out
-    return probe_many
-
-
-def _executor_prober(sc: Scenario, executor: "Executor") -> ProbeMany:
-    from pddbench.sweep.payload import make_payload, ship_scenario
-
-    data, blobs = ship_scenario(sc)
-
-    def probe_many(scales: list[float]) -> list[dict]:
-        payloads = []
-        for scale in scales:
-            trial = json.loads(json.dumps(data))
-            trial["workload"]["rate_scale"] = scale
-            payloads.append(make_payload({"kind": "simulate", "scenario": trial}, blobs))
-        out: list[dict | None] = [None] * len(scales)
-        for i, text in executor.run(payloads):
-            res = json.loads(text)
-            if res["status"] != "ok":
-                raise RuntimeError(f"capacity probe at rate_scale {scales[i]:g} failed: {res['error']}")
-            out[i] = res["summary"]
-        return out  # type: ignore[return-value]
     return probe_many
 
 
@@ -148,49 +122,7 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
 
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
-                    executor: "Executor | None" = None, probes_per_round: int | None = None) -> dict:
-    """Bisection in this process; with an executor, k-section (k = its workers unless given)."""
-    k = probes_per_round or (executor.workers if executor is not None else 1)
-    prober = _executor_prober(sc, executor) if executor is not None else None
-    return capacity_search(sc, iterations, on_step, prober, k)[0]
-
-
-def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, out: Path | None, results: Path,
-                 on_step: Callable[[dict], None] | None = None, jobs: int = 1, ray: str | None = None,
-                 probes_per_round: int | None = None) -> tuple[dict, Path]:
-    """`pddbench capacity`: search the scenario's capacity and write capacity.json and capacity.png
-    into `out`, or a new RESULTS/<name>-capacity/<run-id>/; returns the result and the folder.
-    `jobs` > 1 or `ray` probes several rates per round through that executor."""
-    from pddbench.io import run_folder, write_json
-    from pddbench.io import check_out_options
-    from pddbench.report.capacity_figure import capacity_figure
-    from pddbench.scenario import load_scenario
-    from pddbench.sweep.executors import make_executor
-
-    check_out_options(out, results)
-    sc = load_scenario(scenario, overrides)
-    check_capacity_workload(sc, str(scenario))
-    with run_folder(out, results, f"{sc.name}-capacity") as folder:  # Ctrl-C or an error: nothing kept
-        if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
-            result = search_capacity(sc, iterations, on_step=on_step)
-        else:
-            with make_executor(jobs, ray) as ex:
-                result = search_capacity(sc, iterations, on_step=on_step, executor=ex, probes_per_round=probes_per_round)
-        from pddbench.provenance import provenance
-
-        result["provenance"] = provenance()
-        write_json(folder.path / "capacity.json", result)
-        capacity_figure(result, folder.path / "capacity.png")
-    return result, folder.path
-
-
-def check_capacity_workload(sc: Scenario, where: str) -> None:
-    """Capacity scales the arrivals: refuse a workload whose arrivals span no time, or would span
-    more than can be simulated at the slowest rate probed."""
-    from pddbench.errors import UserError
-    from pddbench.runner import simulable_requests
-
-    reqs = simulable_requests(sc, where, slowest_scale=2.0 ** -8)
-    if reqs[-1].timestamp_ms == reqs[0].timestamp_ms:
-        raise UserError(f"{where}: all {len(reqs)} requests arrive at the same moment (the workload spans zero "
-                        "time), so scaling the arrival rate changes nothing; capacity needs arrivals spread in time")
+                    probe_many: ProbeMany | None = None, probes_per_round: int = 1) -> dict:
+    """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
+    time elsewhere (pddbench.sweep.capacity_run puts them on an executor)."""
+    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round)[0]

@@ -175,14 +175,15 @@ def test_ctrl_c_keeps_finished_points(tmp_path, monkeypatch):
 def test_k_section_matches_bisection_within_resolution():
     from pddbench.capacity import search_capacity
     from pddbench.scenario import load_scenario
+    from pddbench.sweep.capacity_run import parallel_search
     from pddbench.sweep.executors import InlineExecutor
 
     sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
     bis = search_capacity(sc, 5)
-    same = search_capacity(sc, 5, executor=InlineExecutor(), probes_per_round=1)
+    same = parallel_search(sc, InlineExecutor(), 5, probes_per_round=1)
     assert same == bis  # k = 1 through an executor is the same bisection
     for k in (2, 3):
-        ks = search_capacity(sc, 5, executor=InlineExecutor(), probes_per_round=k)
+        ks = parallel_search(sc, InlineExecutor(), 5, probes_per_round=k)
         assert ks["probes_per_round"] == k and ks["resolution_rate_scale"] <= bis["resolution_rate_scale"] + 1e-9
         tol = bis["resolution_rate_scale"] + ks["resolution_rate_scale"]
         assert abs(ks["rate_scale"] - bis["rate_scale"]) <= tol + 1e-6

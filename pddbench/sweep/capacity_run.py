@@ -1,0 +1,62 @@
+"""`pddbench capacity`: the search (pddbench.capacity) with its probes on an executor when asked
+(-j N, --ray): k rates per round, each probe a task like a sweep point's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from pddbench.capacity import ProbeMany, search_capacity
+from pddbench.scenario import Scenario
+from pddbench.sweep.executors import Executor, make_executor
+from pddbench.sweep.payload import make_payload, ship_scenario
+
+
+def executor_prober(sc: Scenario, executor: Executor) -> ProbeMany:
+    """Probe rates as `simulate` tasks: the scenario travels as JSON (rate scale set per probe)."""
+    data, blobs = ship_scenario(sc)
+
+    def probe_many(scales: list[float]) -> list[dict]:
+        payloads = []
+        for scale in scales:
+            trial = json.loads(json.dumps(data))
+            trial["workload"]["rate_scale"] = scale
+            payloads.append(make_payload({"kind": "simulate", "scenario": trial}, blobs))
+        out: list[dict | None] = [None] * len(scales)
+        for i, text in executor.run(payloads):
+            res = json.loads(text)
+            if res["status"] != "ok":
+                raise RuntimeError(f"capacity probe at rate_scale {scales[i]:g} failed: {res['error']}")
+            out[i] = res["summary"]
+        return out  # type: ignore[return-value]
+    return probe_many
+
+
+def parallel_search(sc: Scenario, executor: Executor, iterations: int = 7, probes_per_round: int | None = None,
+                    on_step: Callable[[dict], None] | None = None) -> dict:
+    """k-section with k = probes_per_round (default: the executor's workers)."""
+    return search_capacity(sc, iterations, on_step, executor_prober(sc, executor),
+                           probes_per_round or executor.workers)
+
+
+def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, out: Path | None, results: Path,
+                 on_step: Callable[[dict], None] | None = None, jobs: int = 1, ray: str | None = None,
+                 probes_per_round: int | None = None) -> tuple[dict, Path]:
+    """Search the scenario's capacity and write capacity.json and capacity.png into `out`, or a new
+    RESULTS/<name>-capacity/<run-id>/; returns the result and the folder. -j 1 without Ray is the
+    bisection in this process, as before."""
+    from pddbench.io import new_run_dir, write_json
+    from pddbench.report.capacity_figure import capacity_figure
+    from pddbench.scenario import load_scenario
+
+    sc = load_scenario(scenario, overrides)
+    if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
+        result = search_capacity(sc, iterations, on_step=on_step)
+    else:
+        with make_executor(jobs or None, ray) as ex:
+            result = parallel_search(sc, ex, iterations, probes_per_round, on_step)
+    folder = out or new_run_dir(results, f"{sc.name}-capacity")
+    write_json(folder / "capacity.json", result)
+    capacity_figure(result, folder / "capacity.png")
+    return result, folder
