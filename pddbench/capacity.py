@@ -126,3 +126,15 @@ def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
     """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
     time elsewhere (pddbench.sweep.capacity_run puts them on an executor)."""
     return capacity_search(sc, iterations, on_step, probe_many, probes_per_round)[0]
+
+
+def check_capacity_workload(sc: Scenario, where: str) -> None:
+    """Capacity scales the arrivals: refuse a workload whose arrivals span no time, or would span
+    more than can be simulated at the slowest rate probed (2**-8 of the scenario's)."""
+    from pddbench.errors import UserError
+    from pddbench.runner import simulable_requests
+
+    reqs = simulable_requests(sc, where, slowest_scale=2.0 ** -8)
+    if reqs[-1].timestamp_ms == reqs[0].timestamp_ms:
+        raise UserError(f"{where}: all {len(reqs)} requests arrive at the same moment (the workload spans zero "
+                        "time), so scaling the arrival rate changes nothing; capacity needs arrivals spread in time")

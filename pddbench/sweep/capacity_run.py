@@ -46,17 +46,20 @@ def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, ou
     """Search the scenario's capacity and write capacity.json and capacity.png into `out`, or a new
     RESULTS/<name>-capacity/<run-id>/; returns the result and the folder. -j 1 without Ray is the
     bisection in this process, as before."""
-    from pddbench.io import new_run_dir, write_json
+    from pddbench.capacity import check_capacity_workload
+    from pddbench.io import check_out_options, run_folder, write_json
     from pddbench.report.capacity_figure import capacity_figure
     from pddbench.scenario import load_scenario
 
+    check_out_options(out, results)
     sc = load_scenario(scenario, overrides)
-    if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
-        result = search_capacity(sc, iterations, on_step=on_step)
-    else:
-        with make_executor(jobs or None, ray) as ex:
-            result = parallel_search(sc, ex, iterations, probes_per_round, on_step)
-    folder = out or new_run_dir(results, f"{sc.name}-capacity")
-    write_json(folder / "capacity.json", result)
-    capacity_figure(result, folder / "capacity.png")
-    return result, folder
+    check_capacity_workload(sc, str(scenario))
+    with run_folder(out, results, f"{sc.name}-capacity") as folder:  # Ctrl-C or an error: nothing kept
+        if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
+            result = search_capacity(sc, iterations, on_step=on_step)
+        else:
+            with make_executor(jobs or None, ray) as ex:
+                result = parallel_search(sc, ex, iterations, probes_per_round, on_step)
+        write_json(folder.path / "capacity.json", result)
+        capacity_figure(result, folder.path / "capacity.png")
+    return result, folder.path
