@@ -284,3 +284,14 @@ def test_sweep_folders_gate_point_by_point(tmp_path):
     rows = json.loads((tmp_path / "g.json").read_text())["rows"]
     bad = {(r["subject"], r["metric"]) for r in rows if r["status"] == "regression"}
     assert ("sla.tpot_ms=80, repeat=0", "slo_attainment") in bad
+
+
+def test_interrupted_or_invalid_runs_are_refused(base_records, tmp_path):
+    base = _live_repeats(tmp_path / "base", base_records, seed=1)
+    cand = _live_repeats(tmp_path / "cand", base_records, seed=2)
+    summary = cand / "repeat-1" / "summary.json"
+    doc = json.loads(summary.read_text())
+    for key, value, why in (("interrupted", True, "interrupted"), ("invalid", "lateness p99 3 ms", "invalid")):
+        summary.write_text(json.dumps({**doc, key: value}))
+        res = run_cli("gate", cand, "--baseline", base, "--history", tmp_path / "h")
+        assert res.returncode == 2 and why in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

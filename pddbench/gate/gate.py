@@ -30,6 +30,20 @@ def _compatible(cand: GateInput, base: GateInput) -> None:
                         "compare simulator with simulator and live with live (`pddbench fidelity` compares across)")
 
 
+def _trust(inp: GateInput, side: str) -> list[str]:
+    """Refuse runs that cannot be trusted (interrupted; live link calibration off target); note
+    live runs whose client fell behind its schedule."""
+    notes = []
+    for run, s in zip(inp.runs, inp.summaries):
+        if s.get("interrupted"):
+            raise UserError(f"the {side} {run} was interrupted: its summary covers part of the run; rerun it")
+        if s.get("invalid"):
+            raise UserError(f"the {side} {run} is marked invalid ({s['invalid']}); rerun it")
+        if s.get("schedule_ok") is False:
+            notes.append(f"the {side} {run}: the replay client fell behind its schedule (schedule_ok false)")
+    return notes
+
+
 def _hardware(p: dict | None) -> dict | None:
     return None if not p else {k: p.get(k) for k in HARDWARE}
 
@@ -96,7 +110,7 @@ def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, mar
     cand, base = load_input(candidate), load_input(baseline)
     _compatible(cand, base)
     mode = "exact" if cand.runtime == "sim" else "statistical"
-    notes = []
+    notes = _trust(cand, "candidate") + _trust(base, "baseline")
     if mode == "statistical":
         if allow_different_hardware:
             if _hardware(cand.provenance) != _hardware(base.provenance):
