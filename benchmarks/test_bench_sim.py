@@ -41,3 +41,10 @@ def test_prefix_cache_replay(benchmark):
         cache = PrefixCache(50_000)
         return sum(cache.access(r.hash_ids) for r in reqs)
     assert benchmark(run) > 0
+
+
+def test_synth_generation(benchmark):
+    from pddbench.workload.synth import SynthConfig, synthesize
+
+    reqs = benchmark(lambda: synthesize(SynthConfig(requests=10_000, seed=0)))
+    assert len(reqs) == 10_000

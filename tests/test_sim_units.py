@@ -162,3 +162,37 @@ def test_calibration_csv_errors_name_line(tmp_path):
     with pytest.raises(InputError) as exc:
         Calibrated.fit_csv(path)
     assert exc.value.line == 3 and exc.value.field == "phase"
+
+
+def test_records_frame_equals_the_per_request_records():
+    # records_frame builds the columns with numpy; they must equal record() + to_frame() bit for bit
+    import math
+    import random
+
+    import pandas as pd
+
+    from pddbench.records import to_frame
+    from pddbench.sim.request import SimRequest, records_frame
+
+    rng, reqs = random.Random(5), []
+    for i in range(400):
+        r = SimRequest(i, rng.uniform(0, 1e5), rng.randint(1, 9000), rng.choice([1, 2, 300]), [i], rng.choice([None, 3]),
+                       rng.choice([None, 0, 4]))
+        r.done = rng.random() < 0.9
+        r.failure_reason = rng.choice(["", "", "", "kv_exceeds_MD_capacity"])
+        if rng.random() < 0.95:
+            r.prefill_start_ms = r.arrival_ms + rng.uniform(0, 50)
+            r.prefill_end_ms = r.prefill_start_ms + rng.uniform(0, 900)
+            r.first_token_ms = r.prefill_end_ms + rng.uniform(0, 500)
+            r.finish_ms = r.first_token_ms + rng.uniform(0, 9000)
+        r.max_itl_ms = rng.choice([0.0, rng.uniform(0, 80)])
+        if rng.random() < 0.5:
+            r.pipeline, r.handoff_mode, r.relay_tokens = "p_rld_md", "catch_up", rng.randint(0, r.output_tokens)
+            r.relay_start_ms, r.relay_end_ms = r.prefill_end_ms + 1.5, r.prefill_end_ms + rng.uniform(2, 99)
+            r.handoff_start_ms, r.md_first_ms = r.relay_start_ms + 3.25, r.relay_end_ms + rng.uniform(0, 40)
+            r.handoff_stall_ms = rng.choice([math.nan, rng.uniform(0, 120)])
+        r.wan_kv_ms = rng.choice([math.nan, rng.uniform(1, 3000)])
+        r.wan_kv_bytes, r.transfer_aborted = rng.randint(0, 10**9), rng.random() < 0.2
+        reqs.append(r)
+    pd.testing.assert_frame_equal(records_frame(reqs), to_frame([r.record() for r in reqs]), check_exact=True)
+    assert len(records_frame([])) == 0

@@ -37,17 +37,21 @@ class PrefixCache:
             n += 1
         return n
 
-    def insert(self, hash_ids: Sequence[int]) -> None:
-        """Hold every block of `hash_ids`, most recent first in prefix order; evict LRU leaves."""
+    def insert(self, hash_ids: Sequence[int], held: int = 0) -> None:
+        """Hold every block of `hash_ids`, most recent first in prefix order; evict LRU leaves.
+        `held`: the caller's match() of these ids, just made; those leading blocks are known to be
+        here, so they are moved without being looked up first (the same steps in the same order)."""
         if self.capacity_blocks == 0:
             return
         blocks = self._blocks
         move = blocks.move_to_end
-        for h in reversed(hash_ids):
+        for h in reversed(hash_ids[held:]):
             if h in blocks:
                 move(h)
             else:
                 blocks[h] = None
+        for h in reversed(hash_ids[:held]):
+            move(h)
         if self.capacity_blocks is not None:
             excess = len(blocks) - self.capacity_blocks
             for _ in range(max(0, excess)):
@@ -57,5 +61,5 @@ class PrefixCache:
     def access(self, hash_ids: Sequence[int]) -> int:
         """Match then insert, as a serving engine does on admission; returns the hit blocks."""
         hit = self.match(hash_ids)
-        self.insert(hash_ids)
+        self.insert(hash_ids, hit)
         return hit

@@ -72,29 +72,35 @@ class Cluster:
     relay: list[DecodeInstance]
     wan: Link
 
-    def pick_prefill(self, hash_ids: list[int], input_tokens: int) -> int:
-        """Least work first, counting cache hits: queued tokens + this request's uncached part."""
-        best, best_cost = 0, float("inf")
+    def pick_prefill(self, hash_ids: list[int], input_tokens: int) -> tuple[int, int]:
+        """Least work first, counting cache hits: queued tokens + this request's uncached part.
+        Returns (the instance's index, its cached blocks), so the match is not redone."""
+        best, best_cost, best_blocks = 0, float("inf"), 0
         for i, p in enumerate(self.prefill):
-            cost = p.queued_tokens + input_tokens - p.match_tokens(hash_ids, input_tokens)
+            # p.match_tokens(hash_ids, input_tokens), written out: this loop runs per request
+            blocks = 0 if p.cache is None else p.cache.match(hash_ids)
+            cost = p.queued_tokens + input_tokens - min(blocks * p.block_size, input_tokens)
             if cost < best_cost:
-                best, best_cost = i, cost
-        return best
+                best, best_cost, best_blocks = i, cost, blocks
+        return best, best_blocks
 
     @staticmethod
-    def pick_decode(pool: list[DecodeInstance], hash_ids: list[int], input_tokens: int) -> DecodeInstance:
+    def pick_decode(pool: list[DecodeInstance], hash_ids: list[int], input_tokens: int) -> tuple[DecodeInstance, int]:
         """Cache-aware among the lightly loaded: the longest prefix match among instances whose
-        load is within a slack of the least loaded one (ties: lower load, then lower index)."""
-        min_load = min(d.load for d in pool)
-        slack = max(4, pool[0].max_batch // 4)
+        load is within a slack of the least loaded one (ties: lower load, then lower index).
+        Returns (the instance, its cached prompt tokens)."""
+        max_load = min([d.load for d in pool]) + max(4, pool[0].max_batch // 4)
         best, key = pool[0], None
         for d in pool:
-            if d.load > min_load + slack:
+            if d.load > max_load:
                 continue
-            k = (-d.match_tokens(hash_ids, input_tokens), d.load)
+            # d.match_tokens(hash_ids, input_tokens), written out: this loop runs per request
+            hit = 0 if d.cache is None else min(d.cache.match(hash_ids) * d.block_size, input_tokens)
+            k = (-hit, d.load)
             if key is None or k < key:
                 best, key = d, k
-        return best
+        assert key is not None  # the least loaded instance is always within the slack
+        return best, -key[0]
 
 
 def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:

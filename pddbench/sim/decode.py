@@ -42,6 +42,7 @@ class DecodeInstance:
         self.cache, self.block_size = cache, block_size
         self.waiting: deque[DecodeJob] = deque()
         self.running: set[DecodeJob] = set()
+        self.load = 0  # len(running) + len(waiting), kept as a number: routing reads it per request
         self._finish_heap: list[tuple[int, int, DecodeJob]] = []
         self._awaiting_first: list[DecodeJob] = []
         self._seq = 0
@@ -59,10 +60,6 @@ class DecodeInstance:
         self.peak_batch = 0
 
     # -- observable state (for routing and policy) ------------------------------------------------
-    @property
-    def load(self) -> int:
-        return len(self.running) + len(self.waiting)
-
     def utilisation(self) -> float:
         return min(1.0, len(self.running) / self.max_batch)
 
@@ -91,23 +88,26 @@ class DecodeInstance:
         """Settle everything that happens on the current grid before the boundary: first tokens
         and completions (released now, reported by the caller after the new epoch is set)."""
         t_b, s_b = self._boundary()
-        keep = []
-        for job in self._awaiting_first:
-            if job.stopped:
-                continue
-            if job.start_step < s_b:
-                job.first_token_ms = self._step_end_ms(job.start_step)
-                if job.on_first is not None:
-                    job.on_first(job)
-            else:
-                keep.append(job)
-        self._awaiting_first = keep
+        t0, s0, step_ms = self.t0, self.s0, self.step_ms  # the grid: step k ends at _step_end_ms(k)
+        if self._awaiting_first:
+            keep = []
+            for job in self._awaiting_first:
+                if job.stopped:
+                    continue
+                if job.start_step < s_b:
+                    job.first_token_ms = t0 + (job.start_step - s0 + 1) * step_ms
+                    if job.on_first is not None:
+                        job.on_first(job)
+                else:
+                    keep.append(job)
+            self._awaiting_first = keep
         finished = []
-        while self._finish_heap and self._finish_heap[0][0] < s_b:
-            _, _, job = heapq.heappop(self._finish_heap)
+        heap = self._finish_heap
+        while heap and heap[0][0] < s_b:
+            job = heapq.heappop(heap)[2]
             if job.stopped:
                 continue
-            finished.append((job, self._step_end_ms(job.finish_step)))
+            finished.append((job, t0 + (job.finish_step - s0 + 1) * step_ms))
             job.stopped = True
             self._release(job)
         return t_b, s_b, finished
@@ -171,6 +171,7 @@ class DecodeInstance:
     # -- changes --------------------------------------------------------------------------------
     def submit(self, job: DecodeJob) -> None:
         self.waiting.append(job)
+        self.load += 1
         if self._can_admit():
             self._change()
 
@@ -208,6 +209,7 @@ class DecodeInstance:
 
     def _release(self, job: DecodeJob) -> None:
         self.running.discard(job)
+        self.load -= 1
         self.kv_used -= job.reserved
         self._sum_context -= job.context + job.extend
         self._sum_start -= job.start_step
@@ -225,6 +227,7 @@ class DecodeInstance:
             return job.n_tokens, self.loop.now
         if job.start_step < 0:  # still waiting for admission
             self.waiting.remove(job)
+            self.load -= 1
             job.stopped = True
             return 0, self.loop.now
         t_b, s_b = self._change(stop=job)

@@ -31,8 +31,8 @@ class Deployment:
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
-        i = self.c.pick_prefill(req.hash_ids, req.input_tokens)
-        req.p_cached_tokens = self.c.prefill[i].submit(req, lambda r: self.prefilled(r, i))
+        i, hit_blocks = self.c.pick_prefill(req.hash_ids, req.input_tokens)
+        req.p_cached_tokens = self.c.prefill[i].submit(req, lambda r: self.prefilled(r, i), hit_blocks)
 
     def prefilled(self, req: SimRequest, p_index: int) -> None:
         raise NotImplementedError
@@ -43,8 +43,7 @@ class PD(Deployment):
 
     def prefilled(self, req: SimRequest, p_index: int) -> None:
         req.prefill_end_ms = self.loop.now
-        d = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
-        req.decode_cached_tokens = d.match_tokens(req.hash_ids, req.input_tokens)
+        d, req.decode_cached_tokens = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
         nbytes = self.transfer_bytes(req.input_tokens - req.decode_cached_tokens)
         if self.kind == "cross_dc_pd":
             req.wan_kv_bytes = nbytes
@@ -64,8 +63,7 @@ class PDD(Deployment):
     def prefilled(self, req: SimRequest, p_index: int) -> None:
         now = req.prefill_end_ms = self.loop.now
         pol, sla = self.sc.policy, self.sc.sla
-        md = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
-        req.decode_cached_tokens = md.match_tokens(req.hash_ids, req.input_tokens)
+        md, req.decode_cached_tokens = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
         uncached = req.input_tokens - req.decode_cached_tokens
         wan_bytes = self.transfer_bytes(uncached)
         pipeline = policy.choose_pipeline(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -38,25 +38,48 @@ class Roofline:
     layers: int
     hidden: int
     cfg: LatencyConfig
+    # Constant factors of the formulas, computed once (each step time is asked for per batch
+    # change). Each is the same left-to-right product the formula would compute, so the step
+    # times are bit-identical to evaluating the formulas in full.
+    _flops_per_s: float = field(init=False, repr=False, compare=False)   # chips * peak * efficiency
+    _bytes_per_s: float = field(init=False, repr=False, compare=False)   # chips * bw * efficiency
+    _flops_per_token: float = field(init=False, repr=False, compare=False)  # 2 * active params
+    _flops_per_attn_pair: float = field(init=False, repr=False, compare=False)  # 4 * layers * hidden
+    _weight_bytes: float = field(init=False, repr=False, compare=False)  # total params * bytes
+
+    def __post_init__(self) -> None:
+        constants = {
+            "_flops_per_s": self.chips * self.peak_flops * self.cfg.compute_efficiency,
+            "_bytes_per_s": self.chips * self.mem_bw * self.cfg.memory_efficiency,
+            "_flops_per_token": 2.0 * self.active_params,
+            "_flops_per_attn_pair": 4.0 * self.layers * self.hidden,
+            "_weight_bytes": self.total_params * self.bytes_per_param,
+        }
+        for name, value in constants.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
     def _compute_ms(self, tokens: float, attn_pairs: float) -> float:
-        flops = 2.0 * self.active_params * tokens + 4.0 * self.layers * self.hidden * attn_pairs
-        return flops / (self.chips * self.peak_flops * self.cfg.compute_efficiency) * 1e3
+        flops = self._flops_per_token * tokens + self._flops_per_attn_pair * attn_pairs
+        return flops / self._flops_per_s * 1e3
 
     def _memory_ms(self, nbytes: float) -> float:
-        return nbytes / (self.chips * self.mem_bw * self.cfg.memory_efficiency) * 1e3
+        return nbytes / self._bytes_per_s * 1e3
 
     def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
         # A MoE prefill step touches every expert: all weights are read once per step, which is
         # what makes a small lone tail chunk expensive per token.
-        weights = self.total_params * self.bytes_per_param
-        return max(self._compute_ms(tokens, attn_pairs), self._memory_ms(weights)) + self.cfg.prefill_overhead_ms
+        compute = self._compute_ms(tokens, attn_pairs)
+        memory = self._weight_bytes / self._bytes_per_s * 1e3
+        return (memory if memory > compute else compute) + self.cfg.prefill_overhead_ms  # = max(compute, memory)
 
     def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
-        weights = min(self.total_params, self.active_params * max(1, batch + extend_tokens)) * self.bytes_per_param
-        mem = self._memory_ms(weights + kv_tokens * self.kv_bytes_per_token)
-        compute = self._compute_ms(batch + extend_tokens, extend_tokens * kv_tokens / max(1, batch))
-        return max(mem, compute) + self.cfg.decode_overhead_ms
+        seqs = batch + extend_tokens
+        weights = min(self.total_params, self.active_params * (seqs if seqs > 1 else 1)) * self.bytes_per_param
+        mem = (weights + kv_tokens * self.kv_bytes_per_token) / self._bytes_per_s * 1e3
+        flops = self._flops_per_token * seqs + self._flops_per_attn_pair * (
+            extend_tokens * kv_tokens / (batch if batch > 1 else 1))
+        compute = flops / self._flops_per_s * 1e3
+        return (compute if compute > mem else mem) + self.cfg.decode_overhead_ms  # = max(mem, compute)
 
 
 @dataclass(frozen=True)

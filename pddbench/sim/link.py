@@ -54,6 +54,8 @@ class Link:
         self._last_ms = 0.0
         self._version = 0
         self._outage_idx = 0
+        # No outage ever: up-time is plain elapsed time (the general walk below gives the same numbers).
+        self._never_down = not profile.outages.windows_ms and profile.outages.rate_per_s <= 0
         self.bytes_sent = 0.0
 
     # -- outage schedule -------------------------------------------------------------------------
@@ -62,6 +64,8 @@ class Link:
 
     def _uptime(self, t0: float, t1: float) -> float:
         """Milliseconds in [t0, t1] with the link up."""
+        if self._never_down:
+            return t1 - t0
         up, i = t1 - t0, self._outage_idx
         while (o := self._outage(i)) is not None and o[0] < t1:
             up -= max(0.0, min(t1, o[1]) - max(t0, o[0]))
@@ -70,6 +74,8 @@ class Link:
 
     def _time_after_uptime(self, t0: float, need: float) -> float:
         """The earliest t with `need` ms of up-time in [t0, t]."""
+        if self._never_down:
+            return t0 + need
         t, i = t0, self._outage_idx
         while True:
             o = self._outage(i)
@@ -81,7 +87,7 @@ class Link:
             i += 1
 
     def _skip_past_outages(self, t: float) -> None:
-        while (o := self._outage(self._outage_idx)) is not None and o[1] <= t:
+        while not self._never_down and (o := self._outage(self._outage_idx)) is not None and o[1] <= t:
             self._outage_idx += 1
 
     # -- processor sharing ----------------------------------------------------------------------

@@ -40,11 +40,16 @@ class PrefillInstance:
             return 0
         return min(self.cache.match(hash_ids) * self.block_size, input_tokens)
 
-    def submit(self, req: Any, on_done: Callable[[Any], None]) -> int:
-        """Queue a prefill; returns the prompt tokens served from this instance's prefix cache."""
+    def submit(self, req: Any, on_done: Callable[[Any], None], hit_blocks: int | None = None) -> int:
+        """Queue a prefill; returns the prompt tokens served from this instance's prefix cache.
+        `hit_blocks`: this cache's match() of the request, when the caller has just made it."""
         cached = 0
         if self.cache is not None:
-            cached = min(self.cache.access(req.hash_ids) * self.block_size, req.input_tokens)
+            if hit_blocks is None:
+                hit_blocks = self.cache.access(req.hash_ids)
+            else:  # access() without redoing the match: the cache has not changed since
+                self.cache.insert(req.hash_ids, hit_blocks)
+            cached = min(hit_blocks * self.block_size, req.input_tokens)
         computed = max(1, req.input_tokens - cached)  # the last prompt token is always computed
         self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done))
         self.queued_tokens += computed

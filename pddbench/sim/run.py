@@ -6,12 +6,11 @@ from typing import Callable, Iterator
 
 import pandas as pd
 
-from pddbench.records import to_frame
 from pddbench.scenario import Scenario
 from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
 from pddbench.sim.engine import EventLoop
-from pddbench.sim.request import SimRequest
+from pddbench.sim.request import SimRequest, records_frame
 from pddbench.workload.source import workload_requests
 from pddbench.workload.trace import Request
 
@@ -52,7 +51,7 @@ def simulate(sc: Scenario, reqs: list[Request] | None = None,
         for r in sim_reqs:
             if not r.done:
                 r.failure_reason = "interrupted"
-    records = to_frame([r.record() for r in sim_reqs])
+    records = records_frame(sim_reqs)
     facts = {
         "cost_per_hour": hardware_cost_per_hour(sc),
         "sim_events": loop.events,

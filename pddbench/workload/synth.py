@@ -103,6 +103,8 @@ class _Generator:
         self.emitted = 0
         self.sys_ids = [self._new_ids(n) for n in cfg.system_prompt_blocks]
         self.next_sid = 0
+        # buckets a turn may be put in: those with a target share, and 0 (the low-hit fallback)
+        self.targeted = [b for b in range(N_BUCKETS) if cfg.target_hist[b] > 0 or b == 0]
 
     def _new_ids(self, n: int) -> list[int]:
         ids = list(range(self.next_id, self.next_id + n))
@@ -110,6 +112,8 @@ class _Generator:
         return ids
 
     def _cached_blocks(self, ids: list[int]) -> int:
+        if self.seen.issuperset(ids):  # the usual case (a session's own context), checked in C
+            return len(ids)
         n = 0
         for h in ids:
             if h not in self.seen:
@@ -118,31 +122,36 @@ class _Generator:
         return n
 
     # -- bucket choice -------------------------------------------------------------------------
-    def _length_range(self, bucket: int, cached_tok: int, context_tok: int) -> tuple[int, int] | None:
-        """Input lengths L >= context + a message that put a turn with `cached_tok` cached
-        tokens into `bucket`."""
-        cfg = self.cfg
-        lo_pct, hi_pct = HIST_EDGES_PCT[bucket], HIST_EDGES_PCT[bucket + 1]
-        l_min = max(cached_tok, context_tok) + cfg.min_append_tokens
-        if bucket == N_BUCKETS - 1:
-            l_max = (100 * cached_tok) // lo_pct
-        else:
-            l_min = max(l_min, (100 * cached_tok) // hi_pct + 1)
-            l_max = (100 * cached_tok) // lo_pct if lo_pct else cfg.max_context_tokens
-        l_max = min(l_max, cfg.max_context_tokens)
-        return (l_min, l_max) if l_min <= l_max else None
+    def _length_ranges(self, cached_tok: int, context_tok: int) -> dict[int, tuple[int, int]]:
+        """For each targeted bucket above 0 that this turn can reach: the input lengths
+        L >= context + a message that put a turn with `cached_tok` cached tokens into it."""
+        hundred_cached = 100 * cached_tok
+        shortest = max(cached_tok, context_tok) + self.cfg.min_append_tokens
+        longest = self.cfg.max_context_tokens
+        ranges = {}
+        for b in self.targeted:
+            if b == 0:
+                continue
+            l_max = min(hundred_cached // HIST_EDGES_PCT[b], longest)  # hit >= the bucket's lower edge
+            l_min = shortest
+            if b < N_BUCKETS - 1:  # hit < the upper edge (the last bucket includes 100%)
+                l_min = max(shortest, hundred_cached // HIST_EDGES_PCT[b + 1] + 1)
+            if l_min <= l_max:
+                ranges[b] = (l_min, l_max)
+        return ranges
 
     def _choose_bucket(self, feasible: list[int]) -> int | None:
         """A bucket this turn can reach: the one furthest behind target when it is 2+ requests
         behind, else a draw by target share among those still under target. None: every
         reachable bucket is over target (the caller ends the session)."""
-        target = self.cfg.target_hist
+        target, counts = self.cfg.target_hist, self.counts
         n = self.emitted + 1
-        deficits = {b: target[b] * n - self.counts[b] for b in feasible}
-        behind = max(feasible, key=lambda b: (deficits[b], -b))
-        if deficits[behind] >= 2.0:
-            return behind
-        under = [b for b in feasible if deficits[b] > 0 and target[b] > 0]
+        deficits = [target[b] * n - counts[b] for b in feasible]
+        # the largest deficit, the lowest bucket on ties (feasible is in increasing order)
+        i_behind = deficits.index(max(deficits))
+        if deficits[i_behind] >= 2.0:
+            return feasible[i_behind]
+        under = [b for b, d in zip(feasible, deficits) if d > 0 and target[b] > 0]
         if not under:
             return None
         return self.rng.choices(under, weights=[target[b] for b in under])[0]
@@ -158,7 +167,8 @@ class _Generator:
         n_blocks = math.ceil(input_len / self.cfg.block_size)
         reuse = prefix[:n_blocks]
         ids = reuse + self._new_ids(n_blocks - len(reuse))
-        hit = min(self._cached_blocks(ids) * self.cfg.block_size, input_len)
+        # = _cached_blocks(ids): the new ids were never emitted, so the cached run ends within `reuse`
+        hit = min(self._cached_blocks(reuse) * self.cfg.block_size, input_len)
         self.counts[bucket_of(hit, input_len)] += 1
         self.emitted += 1
         self.seen.update(ids)
@@ -170,16 +180,16 @@ class _Generator:
         prefix = s.prefix_ids or sys_ids
         cached_tok = self._cached_blocks(prefix) * bs
         prefix = prefix[: cached_tok // bs]  # blocks past a miss are recomputed anyway
-        feasible = [b for b in range(N_BUCKETS) if cfg.target_hist[b] > 0 or b == 0]
         context_tok = s.context_tokens or cached_tok
-        feasible = [b for b in feasible if b == 0 or self._length_range(b, cached_tok, context_tok)]
+        ranges = self._length_ranges(cached_tok, context_tok)
+        feasible = [b for b in self.targeted if b == 0 or b in ranges]
         bucket = self._choose_bucket(feasible)
         if bucket is None and s.turn == 0:
             bucket = max(feasible)  # a session's opening turn always happens
         if bucket is None:
             return None  # every bucket this session can reach is over target: the session ends
         if bucket > 0:
-            lo, hi = self._length_range(bucket, cached_tok, context_tok)  # type: ignore[misc]
+            lo, hi = ranges[bucket]
             input_len = self.rng.randint(lo, hi)
         else:
             input_len, prefix = self._low_hit_turn(cached_tok, context_tok, prefix, sys_ids)
