@@ -17,7 +17,7 @@ import pytest
 
 from pddbench.errors import InputError, Interrupted
 from pddbench.sweep.spec import load_sweep
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 SMALL = """\
 base: paper/pdd
@@ -204,22 +204,40 @@ def _ray_processes() -> list[str]:
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
-def test_ray_head_gives_the_same_bytes(local_capacity, tmp_path):
+@pytest.fixture
+def loopback_only_netns():
+    """A namespace whose only interface is loopback: Ray there cannot bind, nor be reached, beyond
+    127.0.0.1 (ray start otherwise advertises the machine's own address)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a loopback-only namespace")
+    name = f"pddb-ray-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        yield ["ip", "netns", "exec", name]
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_ray_head_gives_the_same_bytes(local_capacity, tmp_path, loopback_only_netns):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'pddbench[cluster]')")
     if _ray_processes():
         pytest.skip("a Ray cluster is already running on this machine; not touching it")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     port = _free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    inside = loopback_only_netns
     path, j1 = local_capacity
     try:
-        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                        "--include-dashboard=false", "--disable-usage-stats"], check=True, env=env,
+        subprocess.run([*inside, ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+                        "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"], check=True, env=env,
                        capture_output=True, timeout=180)
-        res = run_cli("sweep", path, f"127.0.0.1:{port}", "--ray", "--out", tmp_path / "ray", timeout=600)
+        res = subprocess.run([*inside, sys.executable, "-m", "pddbench", "sweep", str(path), f"127.0.0.1:{port}",
+                              "--ray", "--out", str(tmp_path / "ray")], capture_output=True, text=True, env=env,
+                             cwd=REPO, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        subprocess.run([*inside, ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
     assert (tmp_path / "ray" / "points.parquet").read_bytes() == (j1 / "points.parquet").read_bytes()
     assert json.loads((tmp_path / "ray" / "sweep.json").read_text())["executor"]["executor"] == "ray"
     for _ in range(20):
