@@ -44,10 +44,12 @@ class Suite:
     def case(self, suite: str, name: str, failure: str | None = None, output: str = "", skipped: str | None = None):
         self.cases.append({"suite": suite, "name": name, "failure": failure, "output": output, "skipped": skipped})
 
+    def locked(self) -> list[str]:
+        """The prefix that holds the lock around a command (live runs, benchmarks), if one is set."""
+        return ["flock", self.lock] if self.lock and shutil.which("flock") else []
+
     def pddbench(self, *args: str, live: bool = False) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "pddbench", *map(str, args)]
-        if live and self.lock and shutil.which("flock"):
-            cmd = ["flock", self.lock, *cmd]
+        cmd = [*(self.locked() if live else []), sys.executable, "-m", "pddbench", *map(str, args)]
         return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
     def gate_against(self, name: str, cand: Path, base: Path, required: bool = True) -> None:
@@ -86,7 +88,8 @@ def part_sim(s: Suite, cfg: dict) -> None:
 
 def part_bench(s: Suite, cfg: dict) -> None:
     base = s.baselines / "bench"
-    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "benchmarks")]
+    gated = [str(REPO / "benchmarks" / f) for f in cfg.get("gated", [])] or [str(REPO / "benchmarks")]
+    pytest = [*s.locked(), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *gated]
     if s.update or not base.exists():
         if not s.update:
             s.case("bench", "benchmarks", failure=f"no benchmark baseline at {base}: make bench-baseline")
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="report folder (default results/nightly/<stamp>)")
     ap.add_argument("--only", action="append", choices=PARTS, default=[], help="run only these parts (repeatable)")
     ap.add_argument("--update-baselines", action="store_true", help="accept every candidate as the new baseline")
-    ap.add_argument("--live-lock", default=None, help="flock this file around each live run")
+    ap.add_argument("--live-lock", default=None, help="flock this file around each live run and the benchmarks")
     ap.add_argument("--history", type=Path, default=REPO / "results" / "history")
     a = ap.parse_args(argv)
     out = a.out or REPO / "results" / "nightly" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
