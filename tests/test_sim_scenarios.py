@@ -36,7 +36,9 @@ def test_every_request_accounted_and_tokens_conserved(three):
 
 def test_pdd_closes_most_of_the_cross_dc_gap(three):
     same, cross, pdd = (three[n][1]["ttft_ms"] for n in ("same-dc-pd", "cross-dc-pd", "pdd"))
-    assert cross["p90"] > 3 * same["p90"]
+    # 2x, not 3x: since MD's radix cache holds a prompt from admission (issue 14, point 1),
+    # concurrent requests sharing a prefix no longer all ship it, and naive cross-DC PD is less bad
+    assert cross["p90"] > 2 * same["p90"]
     gap = cross["p90"] - same["p90"]
     assert pdd["p90"] < same["p90"] + 0.5 * gap
     assert three["pdd"][1]["cost_per_hour"] < three["same-dc-pd"][1]["cost_per_hour"]

@@ -196,6 +196,11 @@ class DecodeInstance:
             heapq.heappush(self._finish_heap, (job.finish_step, self._seq, job))
             self._seq += 1
             self._awaiting_first.append(job)
+            if self.cache is not None:
+                # The decode-side radix cache (DRC) holds the prompt's blocks from admission on:
+                # the KV has arrived and is held, so a concurrent request sharing the prefix
+                # hits it instead of shipping it again (inserting only at finish would not).
+                self.cache.insert(job.req.hash_ids)
             extend += job.extend
             n_admitted += 1
         if extend:
@@ -214,7 +219,7 @@ class DecodeInstance:
         self._sum_context -= job.context + job.extend
         self._sum_start -= job.start_step
         if self.cache is not None:
-            self.cache.insert(job.req.hash_ids)
+            self.cache.insert(job.req.hash_ids)  # last use: refresh the prompt's recency
 
     def _on_finish_event(self, version: int) -> None:
         if version == self._version:

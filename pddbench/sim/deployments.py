@@ -130,14 +130,16 @@ class PDD(Deployment):
     def _md_kv_arrived(self, st: "_RelayState") -> None:
         req, pol = st.req, self.sc.policy
         req.wan_kv_ms = self.loop.now - req.prefill_end_ms
+        if st.md.cache is not None:
+            # The prompt's KV is on MD now and held there for the handoff (or kept once the relay
+            # has finished): MD's radix cache has it from this moment, not from the request's end.
+            st.md.cache.insert(req.hash_ids)
         if req.done or st.job is None:
             if st.job is None and not req.done:
                 # The relay has not even been reached (RDMA slower than WAN): plain P->MD.
                 st.skip_relay = True
                 req.pipeline = "p_md"
                 _submit(st.md, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(st.md)))
-            elif st.md.cache is not None:
-                st.md.cache.insert(req.hash_ids)  # the KV did arrive: MD's radix cache keeps it
             return
         pending = st.rld.produced_by_now(st.job)
         mode = policy.choose_handoff_mode(
