@@ -6,6 +6,12 @@ k = 1 (the default) that is bisection, exactly as before; with k > 1 each round 
 once (`capacity -j N`: pddbench/sweep/capacity_run.py): a doubling ladder of k rates while bracketing, then k
 evenly spaced rates that cut the bracket into k + 1 parts. The number of rounds is chosen so the
 final bracket is no wider than bisection's, so the answer agrees within that resolution.
+
+A probe passes on the steady-state verdict (summary["steady"]["holds"], pddbench/metrics/steady.py):
+the SLA judged after warm-up and no rising latency trend; a probe that is not steady fails. The
+result names what bound the capacity (`bound_by`: ttft, tpot or instability, read at the lowest
+failing probe above the answer), the steady-state window of the answer's probe, and warns when the
+trace is shorter than `min_requests` (short traces overstate capacity in overloaded regimes).
 """
 
 from __future__ import annotations
@@ -19,13 +25,39 @@ from pddbench.workload.source import workload_requests
 
 ProbeMany = Callable[[list[float]], list[dict]]  # absolute rate scales -> their summaries, in order
 LADDER_LIMIT = 8  # bracketing stops at 2**8 and 2**-8 times the scenario's rate
+# The analysis behind issue 14: baseline 6:5 measured 21.6 req/s on 4,000 requests, 18.9 on 12,000
+# (a 64K/1K workload 12.4 on 600 vs 4.9 on 5,000): shorter traces are flagged.
+MIN_REQUESTS = 12_000
+
+
+def failed_criteria(steady: dict) -> list[str]:
+    """What a probe failed on: the SLA bounds missed after warm-up, and instability."""
+    return list(steady["sla_failing"]) + (["instability"] if steady["unstable_on"] else [])
 
 
 def probe_row(scale: float, s: dict) -> dict:
+    st = s["steady"]
     return {"rate_scale": round(scale, 6), "offered_rps": s["offered_rps"],
-            "sla_holds": s["sla_holds"], "slo_attainment": s["slo_attainment"],
+            "sla_holds": st["holds"],  # the verdict the search used: steady-state SLA and stable
+            "whole_run_sla_holds": s["sla_holds"], "failed_on": failed_criteria(st),
+            "unstable_on": st["unstable_on"], "slo_attainment": s["slo_attainment"],
             "ttft_p90_ms": s["ttft_ms"]["p90"], "tpot_p90_ms": s["tpot_ms"]["p90"],
+            "steady_ttft_ok_fraction": st["ttft_ok_fraction"], "steady_tpot_ok_fraction": st["tpot_ok_fraction"],
             "goodput_rps": s["goodput_rps"], "cost_per_hour": s["cost_per_hour"]}
+
+
+def binding_criterion(probes: list[dict], best: dict | None, summaries: dict[float, dict]) -> tuple[str | None, list[str]]:
+    """The criterion that stopped the search: at the lowest failing probe above the answer, the
+    SLA bound with the lowest steady attainment, else instability; and every criterion it failed."""
+    floor = best["offered_rps"] if best else -1.0
+    above = [p for p in probes if not p["sla_holds"] and (p["offered_rps"] or 0) > floor]
+    if not above:
+        return None, []
+    stop = min(above, key=lambda p: p["offered_rps"] or 0)
+    st = summaries[stop["rate_scale"]]["steady"]
+    if st["sla_failing"]:
+        return min(st["sla_failing"], key=lambda c: st[f"{c}_ok_fraction"]), failed_criteria(st)
+    return "instability", failed_criteria(st)
 
 
 def section_rounds(iterations: int, k: int) -> int:
@@ -50,7 +82,8 @@ def _local_prober(sc: Scenario) -> ProbeMany:
 
 
 def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
-                    probe_many: ProbeMany | None = None, k: int = 1) -> tuple[dict, dict[float, dict]]:
+                    probe_many: ProbeMany | None = None, k: int = 1,
+                    min_requests: int = MIN_REQUESTS) -> tuple[dict, dict[float, dict]]:
     """The search; returns (result, every probe's summary by rate scale)."""
     probe_many = probe_many or _local_prober(sc)
     base = sc.workload.rate_scale
@@ -65,7 +98,7 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
             summaries[row["rate_scale"]] = s
             if on_step:
                 on_step(row)
-        return [s["sla_holds"] for s in res]
+        return [s["steady"]["holds"] for s in res]
 
     def split(scales: list[float], holds: list[bool], lo: float | None, hi: float | None):
         """Narrow (lo, hi) by probes in ascending order: hi = the lowest that broke the SLA, lo = the
@@ -105,6 +138,12 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
     best = max((p for p in probes if p["sla_holds"]), key=lambda p: p["offered_rps"] or 0, default=None)
     thr = best["offered_rps"] if best else 0.0
     cost = probes[0]["cost_per_hour"]
+    bound_by, failed_on = binding_criterion(probes, best, summaries)
+    first = summaries[probes[0]["rate_scale"]]
+    n = first["requests_total"]
+    warnings = [f"the trace has {n} requests, fewer than min_requests {min_requests}: a short trace can end before "
+                "an overloaded queue breaks the SLA, so this capacity may be overstated"] if n < min_requests else []
+    window = summaries[best["rate_scale"]]["steady"]["window"] if best else None
     result = {
         "scenario": sc.name,
         "throughput_within_sla_rps": thr,
@@ -114,6 +153,14 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         "sla": sc.sla.model_dump(),
         "bracketed": lo is not None and hi is not None,
         "probes_per_round": k,
+        "bound_by": bound_by,
+        "bound_by_all": failed_on,
+        "criterion": "steady",
+        "warmup_fraction": first["steady"]["warmup_fraction"],
+        "steady_window": window,
+        "requests": n,
+        "min_requests": min_requests,
+        "warnings": warnings,
         # the final bracket's width in rate scale: how exact the answer is
         "resolution_rate_scale": round((hi - lo) * base, 6) if lo is not None and hi is not None else None,
         "probes": sorted(probes, key=lambda p: p["rate_scale"]),
@@ -122,10 +169,11 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
 
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
-                    probe_many: ProbeMany | None = None, probes_per_round: int = 1) -> dict:
+                    probe_many: ProbeMany | None = None, probes_per_round: int = 1,
+                    min_requests: int = MIN_REQUESTS) -> dict:
     """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
     time elsewhere (pddbench.sweep.capacity_run puts them on an executor)."""
-    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round)[0]
+    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests)[0]
 
 
 def check_capacity_workload(sc: Scenario, where: str) -> None:

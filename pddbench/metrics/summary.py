@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pddbench.metrics.percentiles import distribution
+from pddbench.metrics.steady import steady_state
 from pddbench.records import ABORT_REASONS
 
 SCHEMA_VERSION = 1
@@ -84,6 +85,8 @@ def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot
         "wan_kv_ms": distribution(ok["wan_kv_ms"].dropna()),
         "sla": {"ttft_ms": sla_ttft_ms, "tpot_ms": sla_tpot_ms, "percentile": sla_percentile_q},
         "sla_holds": sla_holds(df, sla_ttft_ms, sla_tpot_ms, sla_percentile_q),
+        # the SLA after warm-up plus a stability check: what capacity searches on (metrics/steady.py)
+        "steady": steady_state(df, sla_ttft_ms, sla_tpot_ms, sla_percentile_q),
         "slo_attainment": round(float(good.mean()), 6) if len(df) else None,
         "goodput_rps": round(float(good.sum()) / duration_s, 6) if duration_s else None,
         "p_hit_rate": round(float(df["p_cached_tokens"].sum()) / input_tokens, 6) if input_tokens else None,
