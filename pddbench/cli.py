@@ -119,20 +119,64 @@ def capacity_cmd(
     ray: bool = typer.Option(False, "--ray", help="Probe on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),
     probes_per_round: Optional[int] = typer.Option(None, "--probes-per-round", min=1, max=64,
                                                    help="Rates probed per round (default: the workers)."),
+    min_requests: int = typer.Option(12_000, "--min-requests", min=0, help="Warn when the trace is shorter: short "
+                                     "traces overstate capacity in overloaded regimes (0: never warn)."),
 ) -> None:
-    """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds;
-    reports throughput_within_sla_rps and bcr (that rate per unit of hardware cost per hour)."""
+    """Search the highest request rate (scaling the trace's arrivals) at which the SLA holds in
+    steady state (after warm-up, with no rising latency trend); reports throughput_within_sla_rps,
+    bcr (that rate per unit of hardware cost per hour) and the criterion that bound it."""
     from pddbench.sweep.capacity_run import run_capacity
 
     result, folder = run_capacity(scenario, set_, iterations, out, results, on_step=lambda r: console.print(
-        f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken'}"
+        f"  x{r['rate_scale']:<9g} {r['offered_rps'] or 0:8.3f} req/s  SLA {'holds' if r['sla_holds'] else 'broken (' + ', '.join(r['failed_on']) + ')'}"
         f"  (p90 TTFT {r['ttft_p90_ms'] or 0:,.0f} ms, p90 TPOT {r['tpot_p90_ms'] or 0:,.1f} ms)", highlight=False),
-        jobs=jobs, ray="" if ray else None, probes_per_round=probes_per_round)
+        jobs=jobs, ray="" if ray else None, probes_per_round=probes_per_round, min_requests=min_requests)
+    for w in result["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
-        console.print(f"throughput within SLA: [bold]{result['throughput_within_sla_rps']:.3f} req/s[/], "
-                      f"cost {result['cost_per_hour']}/h, BCR {result['bcr']}; wrote {folder}")
+        console.print(f"throughput within SLA: [bold]{result['throughput_within_sla_rps']:.3f} req/s[/] "
+                      f"(bound by {result['bound_by']}), cost {result['cost_per_hour']}/h, BCR {result['bcr']}; "
+                      f"wrote {folder}")
+
+
+@app.command("optimize")
+def optimize_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (same_dc_pd, cross_dc_pd or pdd)."),
+    budget: str = typer.Option(..., "--budget", help="Chips per chip kind: A=88 (baseline), A=43,B=32 (PDD); "
+                               "a bare number when the pools use one chip kind."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    sizes: str = typer.Option("8", "--sizes", help="Chips per instance to try, comma-separated (e.g. 7,8)."),
+    iterations: int = typer.Option(7, "--iterations", min=1, max=20, help="Bisection steps of each capacity search."),
+    coarse_requests: int = typer.Option(0, "--coarse-requests", min=0, help="Measure every split on this many "
+                                        "leading requests first, then only the --refine-top best on the whole trace "
+                                        "(0: every split on the whole trace)."),
+    refine_top: int = typer.Option(3, "--refine-top", min=1, help="Splits re-measured on the whole trace."),
+    jobs: int = typer.Option(1, "-j", "--jobs", min=0, help="Worker processes (0: all cores); results do not depend on it."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for optimize.json and optimize.png (default: a new results/<name>-optimize/<run-id>/)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Find the instance split with the highest throughput within SLA at an equal chip budget."""
+    from pddbench.errors import UserError
+    from pddbench.optimize import run_optimize
+
+    try:
+        size_list = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--sizes {sizes}: expected whole numbers, e.g. 7,8") from None
+    if not size_list or min(size_list) < 1:
+        raise UserError(f"--sizes {sizes}: expected chips per instance of at least 1")
+    result, folder = run_optimize(scenario, set_, budget, size_list, out, results, jobs, iterations,
+                                  coarse_requests or None, refine_top,
+                                  on_stage=lambda msg: console.print(f"  {msg}", highlight=False))
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        b = result["best"]
+        console.print(f"best split: [bold]{b['label']}[/] ({b['chips']}): {b['throughput_within_sla_rps']:.3f} req/s "
+                      f"(bound by {b['bound_by']}), BCR {b['bcr']}; {result['search']['candidates']} splits; wrote {folder}")
 
 
 @app.command("sweep")
@@ -167,13 +211,16 @@ def compare_cmd(
     runs: List[Path] = typer.Argument(..., help="Run folders written by `pddbench run`."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for comparison.csv/json and figures (default: a new results/compare/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Scenario name (column) to show every other "
+                                           "column's change against (default: the first run)."),
 ) -> None:
-    """Put runs side by side: a table (TTFT, goodput, WAN bytes, relay share, handoff stalls, cost)
-    and figures (TTFT CDFs, metric bars)."""
+    """Put runs side by side: a table (TTFT, TPOT, SLO attainment, goodput, WAN bytes, relay share,
+    handoff stalls, cost) with changes against a baseline column, and figures (TTFT CDFs, metric bars)."""
     from pddbench.compare import run_compare
     from pddbench.report.tables import print_comparison
 
-    table, folder = run_compare(runs, out, results, warn=lambda m: console.print(m, style="yellow", highlight=False))
+    table, folder = run_compare(runs, out, results, warn=lambda m: console.print(m, style="yellow", highlight=False),
+                                baseline=baseline)
     print_comparison(table)
     console.print(f"[green]wrote[/] {folder}")
 
@@ -457,12 +504,24 @@ def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),
     jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes for the simulations and searches "
                              "(0: all cores; 1: in this process). The outputs do not depend on it."),
+    full: bool = typer.Option(False, "--full", help="The whole sensitivity map and a finer bathtub (long: see README)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'local' or a cluster address."),
+    requests: int = typer.Option(0, "--requests", min=0, help="Requests per generated trace (0: 1,000; --full: "
+                                 "4,000; also PDDBENCH_REPRODUCE_REQUESTS)."),
+    seeds: int = typer.Option(3, "--seeds", min=1, max=50, help="Seeds per scenario (seed and workload seed)."),
+    update_readme: bool = typer.Option(False, "--update-readme", help="Regenerate README.md's 'Simulated vs the "
+                                       "article' section (between the ledger markers) from this run."),
 ) -> None:
-    """The main job: analyse the shipped and generated traces, simulate the paper's deployments
-    and compare them; writes figures and JSON into a new run folder."""
+    """The main job: analyse the shipped and generated traces, simulate the paper's deployments over
+    several seeds, search capacities, sweep the bathtub and the sensitivity map; writes the ledger
+    (reproduce.json, report.md, report.html), figures and run folders into a new run folder."""
     from pddbench.reproduce import reproduce
 
-    out = reproduce(results, jobs or None)
+    readme = Path("README.md") if update_readme else None
+    if readme is not None and not readme.is_file():
+        raise UserError("--update-readme: no README.md in the working directory")
+    out = reproduce(results, jobs or None, full=full, ray=ray, requests=requests or None, seeds=seeds,
+                    update_readme=readme)
     console.print(f"[green]done[/]: open {out}")
 
 
