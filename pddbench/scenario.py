@@ -85,6 +85,42 @@ class Model(_Strict):
     kv_bytes_per_token: int = Field(ge=1, description="KV cache bytes per token, all layers")
     attention: Literal["mha", "gqa", "mla"] = "gqa"
     weight_bytes_per_param: float = Field(1.0, gt=0)
+    experts_total: int | None = Field(
+        None, ge=1, description="MoE: routed experts per layer; unset = the simulator's old bound: a decode step "
+        "reads min(total, active x batch) parameters")
+    experts_active: int | None = Field(None, ge=1, description="MoE: routed experts each token uses (top-k)")
+    params_shared_b: float | None = Field(
+        None, ge=0, description="MoE: parameters every token uses (attention, embeddings, dense layers, shared "
+        "experts); unset = derived so that shared + k/E x (total - shared) = params_active_b")
+
+    @model_validator(mode="after")
+    def _moe(self) -> "Model":
+        if (self.experts_total is None) != (self.experts_active is None):
+            raise ValueError("model: give experts_total and experts_active together (or neither)")
+        if self.experts_total is None:
+            if self.params_shared_b is not None:
+                raise ValueError("model.params_shared_b needs experts_total and experts_active")
+            return self
+        assert self.experts_active is not None
+        if self.experts_active > self.experts_total:
+            raise ValueError("model.experts_active must not exceed experts_total")
+        if self.params_active_b > self.params_total_b:
+            raise ValueError("model.params_active_b must not exceed params_total_b")
+        if self.moe_shared_params_b() < 0 or self.moe_shared_params_b() > self.params_total_b:
+            raise ValueError("model: params_shared_b must lie in [0, params_total_b]; with experts_total and "
+                             "experts_active as given, params_active_b implies a negative one: give params_shared_b")
+        return self
+
+    def moe_shared_params_b(self) -> float:
+        """Parameters every token reads (billions): params_shared_b, or the value that makes a lone
+        token read exactly params_active_b."""
+        if self.params_shared_b is not None:
+            return self.params_shared_b
+        e, k = self.experts_total, self.experts_active
+        assert e is not None and k is not None
+        if e == k:
+            return self.params_total_b
+        return (e * self.params_active_b - k * self.params_total_b) / (e - k)
 
 
 class Pool(_Strict):
@@ -119,6 +155,10 @@ class Deployment(_Strict):
     main: Pool | None = Field(None, description="MD pool (pdd)")
     kv_block_tokens: int = Field(1, ge=1, description="tokens per engine KV block: a transfer moves whole blocks "
                                  "(vLLM: 16 on GPU, 128 on CPU); 1 = exactly the tokens' bytes")
+    decode_routing_slack_seqs: int = Field(
+        16, ge=0, le=1_000_000, description="simulator: a decode instance (D or MD) may hold this many more sequences "
+        "than the least loaded one and still win a request on its prefix-cache match; 0 = least loaded only "
+        "(default 16: measured on paper/same-dc-pd and paper/pdd, see pddbench/sim/cluster.py)")
 
     def pools(self) -> dict[str, Pool]:
         return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
@@ -141,7 +181,9 @@ class Policy(_Strict):
     handoff_mode: Literal["adaptive", "one_shot", "catch_up"] = "adaptive"
     catch_up_threshold_tokens: int = Field(64, ge=0, description="adaptive: Catch-Up above this many pending tokens")
     catch_up_batch_tokens: int = Field(32, ge=1, description="tokens handed over per Catch-Up batch")
-    relay_busy_fraction: float = Field(0.8, gt=0, le=1, description="adaptive: One-Shot when RLD load exceeds this")
+    relay_busy_fraction: float = Field(
+        0.8, gt=0, le=1, description="adaptive: One-Shot when RLD load exceeds this; a request that would take the "
+        "relay path goes P->MD instead when the least loaded relay is at least this full")
     relay_ttft_budget_fraction: float = Field(
         0.1, ge=0, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
     singular_filter: bool = True

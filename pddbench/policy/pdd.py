@@ -22,11 +22,20 @@ def kv_transfer_bytes(tokens: int, kv_bytes_per_token: int, block_tokens: int = 
 
 
 def choose_pipeline(*, predicted_wan_kv_ms: float, ttft_sla_ms: float, budget_fraction: float,
-                    relay_only_ablation: bool = False) -> Pipeline:
+                    relay_only_ablation: bool = False, relay_utilisation: float | None = None,
+                    relay_busy_fraction: float = 1.0) -> Pipeline:
     """P->MD when the KV reaches MD well within the TTFT budget (high-hit requests: little to
     send); otherwise mask the WAN with a relay: P->RLD->MD. The excluded P->RLD-only pipeline
-    exists only as an ablation."""
+    exists only as an ablation.
+
+    Relay load: `relay_utilisation` is the load of the relay the request would go to (the least
+    loaded one, 0..1). When it is at or above `relay_busy_fraction`, every relay is busy: a relay
+    path would queue behind the relay's own backlog and push it further into saturation, while
+    the WAN prediction says nothing about that queue. The request then goes P->MD and waits for
+    the WAN instead. None (the default, for older callers) ignores relay load."""
     if predicted_wan_kv_ms <= budget_fraction * ttft_sla_ms:
+        return "p_md"
+    if relay_utilisation is not None and relay_utilisation >= relay_busy_fraction:
         return "p_md"
     return "p_rld" if relay_only_ablation else "p_rld_md"
 

@@ -63,6 +63,11 @@ class DecodeInstance:
     def utilisation(self) -> float:
         return min(1.0, len(self.running) / self.max_batch)
 
+    def pressure(self) -> float:
+        """How full the instance is, 0..1, counting queued jobs: sequences (running and waiting)
+        against the batch limit, or KV held against capacity, whichever is fuller."""
+        return min(1.0, max(self.load / self.max_batch, self.kv_used / self.kv_capacity_tokens))
+
     def match_tokens(self, hash_ids: list[int], input_tokens: int) -> int:
         if self.cache is None:
             return 0

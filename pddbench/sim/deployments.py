@@ -66,16 +66,18 @@ class PDD(Deployment):
         md, req.decode_cached_tokens = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
         uncached = req.input_tokens - req.decode_cached_tokens
         wan_bytes = self.transfer_bytes(uncached)
+        # The relay a relay path would use: the least loaded (the relay holds no cache).
+        rld = min(self.c.relay, key=lambda r: (r.load, r.name))
         pipeline = policy.choose_pipeline(
             predicted_wan_kv_ms=self.c.wan.predict_ms(wan_bytes), ttft_sla_ms=sla.ttft_ms,
-            budget_fraction=pol.relay_ttft_budget_fraction, relay_only_ablation=pol.relay_only_pipeline)
+            budget_fraction=pol.relay_ttft_budget_fraction, relay_only_ablation=pol.relay_only_pipeline,
+            relay_utilisation=rld.pressure(), relay_busy_fraction=pol.relay_busy_fraction)
         req.pipeline = pipeline
         if pipeline == "p_md":
             req.wan_kv_bytes = wan_bytes
             self.c.wan.send(wan_bytes, self._md_kv_only, req, md, now)
             return
-        # Relay path: the KV goes to the least-loaded relay over RDMA (the relay holds no cache).
-        rld = min(self.c.relay, key=lambda r: (r.load, r.name))
+        # Relay path: the KV goes to that relay over RDMA.
         req.rdma_kv_bytes = self.transfer_bytes(req.input_tokens)
         state = _RelayState(req, md, rld)
         singular = pol.singular_filter and policy.is_singular_flow(

@@ -5,6 +5,26 @@ Both answer the same two questions for an instance of `chips` chips:
   attn_pairs = sum over the step's requests of new_tokens * (cached context + new_tokens / 2).
 - decode_ms(batch, kv_tokens, extend_tokens): one decode step of `batch` sequences reading
   `kv_tokens` of KV, plus `extend_tokens` recomputed in the same pass (Extend-Decode Handoff).
+
+The roofline, per step of `tokens` tokens (decode: tokens = batch + extend_tokens):
+- step = max(compute, memory) + communication + overhead.
+- Weights read. A MoE model with experts_total E and experts_active k (top-k routing) reads its
+  shared parameters S (attention, embeddings, dense layers, shared experts) plus the routed
+  experts some token of the step was sent to. With routing taken as uniform and independent per
+  token, a layer's expected share of experts hit is 1 - (1 - k/E)^tokens, so
+      weights = S + (1 - (1 - k/E)^tokens) * (total - S)        [parameters]
+  (E * (1 - (1 - k/E)^tokens) experts per layer). A lone token reads S + k/E (total - S) =
+  the active parameters; coverage nears all experts only at a few hundred tokens. Real routing is
+  skewed, which lowers coverage further: this is an upper bound on the bytes read. Without
+  experts_total/experts_active the old bound is kept: decode reads min(total, active * tokens),
+  prefill reads every weight once per step.
+- Communication (tensor parallelism inside an instance of n = chips > 1 chips): two all-reduces
+  per layer (after attention and after the MLP) of tokens * hidden * 2 bytes (16-bit
+  activations), each a ring all-reduce moving 2 (n - 1) / n of that over each chip's
+  interconnect_gbps:
+      comm_ms = 2 * layers * tokens * hidden * 2 B * 2 (n - 1) / n / (interconnect_gbps / 8 GB/s)
+  It is added to the step, not overlapped with it; per-message latency is not modelled (it is
+  part of the fixed overhead). Expert-parallel all-to-all traffic is not modelled separately.
 """
 
 from __future__ import annotations
@@ -19,6 +39,9 @@ import numpy as np
 
 from pddbench.errors import InputError
 from pddbench.runtime_config import LatencyConfig
+
+
+ACTIVATION_BYTES = 2  # 16-bit activations in the tensor-parallel all-reduces
 
 
 class LatencyModel(Protocol):
@@ -38,6 +61,10 @@ class Roofline:
     layers: int
     hidden: int
     cfg: LatencyConfig
+    experts_total: int = 0        # 0: no MoE expert model (the old weight bounds)
+    experts_active: int = 0
+    shared_params: float = 0.0    # parameters every token reads (MoE)
+    interconnect_bw: float = 0.0  # per chip, B/s; 0: no communication term
     # Constant factors of the formulas, computed once (each step time is asked for per batch
     # change). Each is the same left-to-right product the formula would compute, so the step
     # times are bit-identical to evaluating the formulas in full.
@@ -46,14 +73,24 @@ class Roofline:
     _flops_per_token: float = field(init=False, repr=False, compare=False)  # 2 * active params
     _flops_per_attn_pair: float = field(init=False, repr=False, compare=False)  # 4 * layers * hidden
     _weight_bytes: float = field(init=False, repr=False, compare=False)  # total params * bytes
+    _expert_miss: float = field(init=False, repr=False, compare=False)  # 1 - k/E: a token skips an expert
+    _shared_bytes: float = field(init=False, repr=False, compare=False)
+    _routed_bytes: float = field(init=False, repr=False, compare=False)  # all routed experts' bytes
+    _comm_ms_per_token: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        n = self.chips
         constants = {
             "_flops_per_s": self.chips * self.peak_flops * self.cfg.compute_efficiency,
             "_bytes_per_s": self.chips * self.mem_bw * self.cfg.memory_efficiency,
             "_flops_per_token": 2.0 * self.active_params,
             "_flops_per_attn_pair": 4.0 * self.layers * self.hidden,
             "_weight_bytes": self.total_params * self.bytes_per_param,
+            "_expert_miss": 1.0 - self.experts_active / self.experts_total if self.experts_total else 0.0,
+            "_shared_bytes": self.shared_params * self.bytes_per_param,
+            "_routed_bytes": (self.total_params - self.shared_params) * self.bytes_per_param,
+            "_comm_ms_per_token": (2 * self.layers * self.hidden * ACTIVATION_BYTES * 2 * (n - 1) / n
+                                   / self.interconnect_bw * 1e3) if n > 1 and self.interconnect_bw > 0 else 0.0,
         }
         for name, value in constants.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -65,21 +102,36 @@ class Roofline:
     def _memory_ms(self, nbytes: float) -> float:
         return nbytes / self._bytes_per_s * 1e3
 
+    def expert_weight_bytes(self, tokens: float) -> float:
+        """MoE: the bytes of weights a step of `tokens` tokens reads (see the module docstring)."""
+        return self._shared_bytes + (1.0 - self._expert_miss ** tokens) * self._routed_bytes
+
+    def comm_ms(self, tokens: float) -> float:
+        """Tensor-parallel all-reduce time of a step of `tokens` tokens (0 on one chip)."""
+        return self._comm_ms_per_token * tokens
+
     def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
-        # A MoE prefill step touches every expert: all weights are read once per step, which is
-        # what makes a small lone tail chunk expensive per token.
+        # A MoE prefill step of a few hundred tokens or more touches (nearly) every expert: all
+        # weights are read once per step, which is what makes a small lone tail chunk expensive
+        # per token.
         compute = self._compute_ms(tokens, attn_pairs)
-        memory = self._weight_bytes / self._bytes_per_s * 1e3
-        return (memory if memory > compute else compute) + self.cfg.prefill_overhead_ms  # = max(compute, memory)
+        weights = self.expert_weight_bytes(tokens) if self.experts_total else self._weight_bytes
+        memory = weights / self._bytes_per_s * 1e3
+        return ((memory if memory > compute else compute)  # = max(compute, memory)
+                + self._comm_ms_per_token * tokens + self.cfg.prefill_overhead_ms)
 
     def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
         seqs = batch + extend_tokens
-        weights = min(self.total_params, self.active_params * (seqs if seqs > 1 else 1)) * self.bytes_per_param
+        if self.experts_total:
+            weights = self.expert_weight_bytes(seqs if seqs > 1 else 1)
+        else:
+            weights = min(self.total_params, self.active_params * (seqs if seqs > 1 else 1)) * self.bytes_per_param
         mem = (weights + kv_tokens * self.kv_bytes_per_token) / self._bytes_per_s * 1e3
         flops = self._flops_per_token * seqs + self._flops_per_attn_pair * (
             extend_tokens * kv_tokens / (batch if batch > 1 else 1))
         compute = flops / self._flops_per_s * 1e3
-        return (compute if compute > mem else mem) + self.cfg.decode_overhead_ms  # = max(mem, compute)
+        return ((compute if compute > mem else mem)  # = max(mem, compute)
+                + self._comm_ms_per_token * seqs + self.cfg.decode_overhead_ms)
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,8 @@ class Router:
         job = Job(body, up, int(body.get("max_tokens") or 16), hashes, uncached, self.kv_bytes(uncached), kv, sink, trip)
         trip.pipeline = force_pipeline or policy.choose_pipeline(
             predicted_wan_kv_ms=self.wan.predict_ms(job.wan_bytes), ttft_sla_ms=cfg.ttft_sla_ms,
-            budget_fraction=self.pol.relay_ttft_budget_fraction, relay_only_ablation=self.pol.relay_only_pipeline)
+            budget_fraction=self.pol.relay_ttft_budget_fraction, relay_only_ablation=self.pol.relay_only_pipeline,
+            relay_utilisation=self.relay_inflight / self.cfg.relay_slots, relay_busy_fraction=self.pol.relay_busy_fraction)
         if trip.pipeline == "p_md":
             await self._direct(job)
         else:
