@@ -19,7 +19,9 @@ ROWS = [
     ("TTFT p90 (ms)", lambda s: s["ttft_ms"]["p90"]),
     ("TTFT p99 (ms)", lambda s: s["ttft_ms"]["p99"]),
     ("TTFT mean (ms)", lambda s: s["ttft_ms"]["mean"]),
+    ("TPOT p50 (ms)", lambda s: s["tpot_ms"]["p50"]),
     ("TPOT p90 (ms)", lambda s: s["tpot_ms"]["p90"]),
+    ("TPOT p99 (ms)", lambda s: s["tpot_ms"]["p99"]),
     ("SLO attainment", lambda s: s["slo_attainment"]),
     ("goodput (req/s)", lambda s: s["goodput_rps"]),
     ("WAN KV (GB)", lambda s: s["wan_kv_bytes"] / 1e9),
@@ -32,6 +34,8 @@ ROWS = [
     ("P hit rate", lambda s: s["p_hit_rate"]),
     ("decode-side hit rate", lambda s: s["decode_hit_rate"]),
     ("cost per hour", lambda s: s["cost_per_hour"]),
+    ("cost per 1M output tokens", lambda s: s["cost_per_hour"] / (s["output_tokens_per_s"] * 3600) * 1e6
+     if s.get("output_tokens_per_s") else None),
 ]
 
 
@@ -96,25 +100,52 @@ def load_runs(folders: list[Path], warn: Callable[[str], None] = lambda _m: None
     return runs
 
 
-def compare_runs(folders: list[Path], out: Path) -> pd.DataFrame:
-    return write_comparison(load_runs(folders), out)
+def compare_runs(folders: list[Path], out: Path, baseline: str | None = None) -> pd.DataFrame:
+    return write_comparison(load_runs(folders), out, baseline)
 
 
-def write_comparison(runs: list[tuple[str, dict, pd.DataFrame]], out: Path) -> pd.DataFrame:
+def with_deltas(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """The table with a "<column> vs <baseline> (%)" column after each other run: the relative
+    change against the baseline column (the first when None); refuses an unknown name."""
+    if table.shape[1] < 2:
+        return table
+    base = baseline or str(table.columns[0])
+    if base not in table.columns:
+        raise UserError(f"--baseline {base}: not one of the compared runs ({', '.join(map(str, table.columns))})")
+    num = table.apply(pd.to_numeric, errors="coerce")
+    out = {base: table[base]}
+    for col in table.columns:
+        if col == base:
+            continue
+        out[col] = table[col]
+        b = num[base].where(num[base] != 0)
+        out[f"{col} vs {base} (%)"] = ((num[col] / b - 1) * 100).round(1)
+    return pd.DataFrame(out)
+
+
+def write_comparison(runs: list[tuple[str, dict, pd.DataFrame]], out: Path, baseline: str | None = None) -> pd.DataFrame:
     table = pd.DataFrame({label: _row_values(s, out) for label, s, _ in runs})
+    if baseline is not None and baseline not in table.columns:
+        raise UserError(f"--baseline {baseline}: not one of the compared runs ({', '.join(map(str, table.columns))})")
+    bars = table
+    table = with_deltas(table, baseline)
     with atomic_path(out / "comparison.csv") as tmp:
         table.to_csv(tmp)
     write_json(out / "comparison.json", {label: s for label, s, _ in runs})
     from pddbench.report.run_figures import ttft_cdf
     from pddbench.report.compare_figures import compare_bars
 
-    ttft_cdf({label: r for label, _, r in runs}, out / "ttft_cdf.png", (runs[0][1].get("sla") or {}).get("ttft_ms"))
-    compare_bars(table, out / "comparison.png")
+    s0 = runs[0][1]
+    sla = s0.get("sla") or {}
+    what = (f"{', '.join(label for label, _, _ in runs)}; {s0.get('offered_rps') or 0:.1f} req/s, SLA P"
+            f"{sla.get('percentile', 90):g} TTFT {sla.get('ttft_ms', 0) / 1000:g} s / TPOT {sla.get('tpot_ms', 0):g} ms")
+    ttft_cdf({label: r for label, _, r in runs}, out / "ttft_cdf.png", sla.get("ttft_ms"), title=f"TTFT CDF: {what}")
+    compare_bars(bars, out / "comparison.png", title=what)
     return table
 
 
 def run_compare(folders: list[Path], out: Path | None, results: Path,
-                warn: Callable[[str], None] = lambda _m: None) -> tuple[pd.DataFrame, Path]:
+                warn: Callable[[str], None] = lambda _m: None, baseline: str | None = None) -> tuple[pd.DataFrame, Path]:
     """`pddbench compare`: check the output place, read every run, then claim the folder (`out`
     or a new RESULTS/compare/<run-id>/) and write the comparison."""
     from pddbench.io import run_folder
@@ -122,6 +153,9 @@ def run_compare(folders: list[Path], out: Path | None, results: Path,
 
     check_out_options(out, results)
     runs = load_runs(folders, warn)
+    labels = [label for label, _, _ in runs]
+    if baseline is not None and baseline not in labels:
+        raise UserError(f"--baseline {baseline}: not one of the compared runs ({', '.join(labels)})")
     with run_folder(out, results, "compare") as folder:
-        table = write_comparison(runs, folder.path)
+        table = write_comparison(runs, folder.path, baseline)
     return table, folder.path

@@ -1,37 +1,399 @@
 """The main job (`make run`): analyse the shipped and generated traces, run the paper's
-deployments in the simulator, compare them, search their capacity, and put the simulated figures
-beside the article's. Everything lands in one new run folder."""
+deployments in the simulator over several seeds, compare them, search their capacity, sweep the
+bathtub and the sensitivity map, and put every figure of the article beside its simulated value
+(the ledger: reproduce.json, report.md, report.html). Everything lands in one new run folder.
+
+The claims are defined in pddbench/claims.py; each `measure_*` function below turns the runs'
+summaries into ledger rows for one group of claims (one value per seed)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
-from pddbench.io import new_run_dir, write_json
+from pddbench.claims import BY_ID, CLAIMS
+from pddbench.io import new_run_dir, write_json, write_text
+from pddbench.ledger import Row
 from pddbench.shipped import MOONCAKE_TRACE, SCENARIOS
-from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
-from pddbench.workload.stats import public, trace_stats
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
-from pddbench.workload.trace import load_trace, write_trace
 
 PAPER = SCENARIOS / "paper"
 console = Console(stderr=True)
+REQUESTS_ENV = "PDDBENCH_REPRODUCE_REQUESTS"  # a tiny request count for tests (as --requests)
 
-# What the article reported (pdd-brief.md), beside which the simulated figures are put.
-ARTICLE = {
-    "ttft_change_vs_baseline": -0.515,
-    "throughput_within_sla_change": 0.278,
-    "bcr_change_up_to": 0.375,
-    "cost_change": "-3.5% .. -7.1%",
-    "relay_token_share_64k_1k_90hit": 0.062,
+# Scenario variants simulated on every seed: name -> (paper file, extra overrides).
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "same-dc-pd": ("same-dc-pd", []), "cross-dc-pd": ("cross-dc-pd", []), "pdd": ("pdd", []),
+    "pdd-no-drc": ("pdd", ["name=pdd-no-drc", "deployment.main.prefix_cache=false"]),
+    "pdd-one-shot": ("pdd-one-shot", []), "pdd-catch-up": ("pdd-catch-up", []),
+    "pdd-relay-only-ablation": ("pdd-relay-only-ablation", []),
+    "pdd-no-singular-filter": ("pdd-no-singular-filter", []), "pdd-64k-1k-90hit": ("pdd-64k-1k-90hit", []),
+    "regime-same-dc-pd": ("regime-same-dc-pd", []), "regime-cross-dc-pd": ("regime-cross-dc-pd", []),
+    "regime-pdd": ("regime-pdd", []),
 }
+SEARCHED = ["same-dc-pd", "pdd"]  # throughput within SLA, per seed
+
+# The bathtub: a fixed workload on both deployments, hit rate swept (stated, not fitted).
+BATHTUB_SET = ["workload.source=fixed", "workload.fixed.input_tokens=32768", "workload.fixed.output_tokens=256",
+               "workload.fixed.rate_rps=1.0"]
+HIT_LIGHT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9]
+HIT_FULL = [round(0.05 * i, 2) for i in range(21)]
+
+# The sensitivity map: assumptions the article leaves open. Same-DC PD has no WAN and no chip B.
+MAP_FULL = {"sla.tpot_ms": [60, 100, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
+            "model.kv_bytes_per_token": [4400, 16000, 47606], "workload.synth.output_median_tokens": [100, 250, 1000],
+            "chips.B.memory_bw_tbps": [3.35, 4.8],
+            "workload.synth.target_hist": [list(PDD_LIKE_HIST), list(MOONCAKE_LIKE_HIST)]}
+MAP_LIGHT = {"sla.tpot_ms": [60, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
+             "model.kv_bytes_per_token": [4400, 47606]}
+PDD_ONLY_AXES = ("network.wan", "chips.B.memory_bw_tbps")
+HIT_MIX_NAMES = {tuple(PDD_LIKE_HIST): "PDD-like (80% >95%)", tuple(MOONCAKE_LIKE_HIST): "Mooncake-like (58% <90%)"}
 
 
-def analyse_traces(out: Path) -> dict:
+@dataclass
+class Settings:
+    """One reproduce run as the command line states it."""
+    requests: int = 1000          # per generated trace (the regime scenarios keep their own 1,500)
+    seeds: int = 3                # seed and workload seed 0 .. seeds-1
+    full: bool = False            # the whole sensitivity map and a finer bathtub
+    jobs: int | None = None
+    ray: str | None = None
+    iterations: int = 5           # capacity search steps after bracketing
+    map_requests: int = 400
+    bathtub_requests: int = 150
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def make(cls, full: bool = False, jobs: int | None = None, ray: str | None = None,
+             requests: int | None = None, seeds: int = 3) -> "Settings":
+        env = os.environ.get(REQUESTS_ENV)
+        n = requests or (int(env) if env else None)
+        if full:
+            s = cls(requests=n or 4000, seeds=seeds, full=True, jobs=jobs, ray=ray, iterations=7, map_requests=2000,
+                    bathtub_requests=400)
+        else:
+            s = cls(requests=n or 1000, seeds=seeds, jobs=jobs, ray=ray)
+        if n and n < 200:  # a tiny test run: everything small
+            s.map_requests, s.bathtub_requests, s.iterations = n, n, 3
+        return s
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def _overrides(name: str, seed: int, cfg: Settings) -> list[str]:
+    from pddbench.scenario import load_scenario
+
+    file, extra = VARIANTS[name]
+    sc = load_scenario(PAPER / f"{file}.yaml")
+    out = [f"seed={seed}"]
+    if sc.workload.resolved_source() == "fixed":
+        out += [f"workload.fixed.seed={seed}"]
+        if cfg.requests < 200:
+            out += [f"workload.fixed.requests={min(sc.workload.fixed.requests, cfg.requests)}"]
+    else:
+        out += [f"workload.synth.seed={seed}"]
+        if not name.startswith("regime-") or cfg.requests < 200:
+            out += [f"workload.synth.requests={cfg.requests}"]
+    return out + extra
+
+
+def _scenario_task(name: str, seed: int, cfg: Settings, kind: str):
+    from pddbench.scenario import load_scenario
+    from pddbench.sweep.payload import make_payload, ship_scenario
+
+    sc = load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg))
+    data, blobs = ship_scenario(sc)
+    task: dict = {"kind": kind, "scenario": data}
+    if kind == "capacity":
+        task["iterations"] = cfg.iterations
+    if kind == "run_folder":
+        task["scenario_yaml"] = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+        task["log"] = [f"scenario {VARIANTS[name][0]} overrides {_overrides(name, seed, cfg)}"]
+    return make_payload(task, blobs)
+
+
+def _sweep_points(out: Path, name: str, base: str, measure: str, sets: list[str], axes: dict, iterations: int):
+    """A sweep file written into the run folder and expanded by the sweep engine (pddbench sweep
+    reads the same file): its points, each with its axis values."""
+    from pddbench.sweep.spec import load_sweep
+
+    spec = {"base": base, "name": name, "measure": measure, "repeats": 1, "set": sets, "axes": axes}
+    if measure == "capacity":
+        spec["capacity"] = {"iterations": iterations}
+    path = out / "sweeps" / f"{name}.yaml"
+    write_text(path, yaml.safe_dump(spec, sort_keys=False))
+    return load_sweep(path).points
+
+
+def build_tasks(out: Path, cfg: Settings) -> list[tuple[tuple, object]]:
+    """Every simulation as (key, payload), longest first: capacity searches, then runs."""
+    from pddbench.sweep.payload import make_payload
+
+    tasks: list[tuple[tuple, object]] = []
+    for seed in range(cfg.seeds):
+        for name in SEARCHED:
+            tasks.append((("capacity", name, seed), _scenario_task(name, seed, cfg, "capacity")))
+    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
+        hits = HIT_FULL if cfg.full else HIT_LIGHT
+        sets = BATHTUB_SET + [f"workload.fixed.requests={cfg.bathtub_requests}"]
+        for p in _sweep_points(out, f"bathtub-{dep}", base, "capacity", sets, {"workload.fixed.hit_rate": hits},
+                               cfg.iterations):
+            tasks.append((("bathtub", dep, p.axes["workload.fixed.hit_rate"]), make_payload(p.task, p.blobs)))
+    grid = MAP_FULL if cfg.full else MAP_LIGHT
+    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
+        axes = {k: v for k, v in grid.items() if dep == "pdd" or k not in PDD_ONLY_AXES}
+        for measure in ("capacity", "run"):
+            for p in _sweep_points(out, f"map-{dep}-{measure}", base, measure,
+                                   [f"workload.synth.requests={cfg.map_requests}"], axes, cfg.iterations):
+                key = json.dumps({k: p.axes[k] for k in axes}, sort_keys=True)
+                tasks.append((("map", dep, measure, key), make_payload(p.task, p.blobs)))
+    for seed in range(cfg.seeds):
+        for name in VARIANTS:
+            kind = "run_folder" if seed == 0 else "simulate"
+            tasks.append((("run", name, seed), _scenario_task(name, seed, cfg, kind)))
+    return tasks
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished workers: the run's cost whatever the load."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 1)
+
+
+def run_tasks(out: Path, cfg: Settings, tasks) -> dict:
+    """Run every task through one executor (-j / --ray); results by key. Seed-0 runs become run
+    folders under runs/ (records, summary, figures) for the comparisons and figures."""
+    from pddbench.io import atomic_path, run_folder
+    from pddbench.sweep.executors import make_executor
+
+    results: dict = {}
+    walls: dict[str, float] = {}
+    with make_executor(cfg.jobs, cfg.ray, tasks=len(tasks)) as ex:
+        for i, text in ex.run([p for _, p in tasks]):
+            key = tasks[i][0]
+            res = json.loads(text)
+            if res["status"] != "ok":
+                raise RuntimeError(f"{key} failed: {res['error']}")
+            if "files" in res:
+                name = key[1]
+                with run_folder(out / "runs" / name, out, name) as folder:
+                    for fname, b64 in res["files"].items():
+                        with atomic_path(folder.path / fname) as tmp:
+                            tmp.write_bytes(base64.b64decode(b64))
+                res = {"summary": json.loads((folder.path / "summary.json").read_text()), "folder": folder.path}
+            results[key] = res
+            walls[key[0]] = walls.get(key[0], 0.0) + res.get("wall_s", 0.0)
+    results["_walls"] = walls
+    console.print(f"  worker seconds by kind: { {k: round(v, 1) for k, v in walls.items()} }")
+    console.print(f"  {len(tasks)} simulations and searches in {time.perf_counter() - cfg.started:.0f} s")
+    results["_cpu_s"] = cpu_seconds()
+    return results
+
+
+# ---------------------------------------------------------------- measurements, one group each
+
+
+def _chg(new, old) -> float | None:
+    """Relative change in %."""
+    if new is None or old is None or not old or not math.isfinite(new) or not math.isfinite(old):
+        return None
+    return 100.0 * (new / old - 1)
+
+
+def _row(cid: str, values, note: str = "") -> Row:
+    return Row(BY_ID[cid], [v for v in values if v is not None], note)
+
+
+def measure_hit_mix(cfg: Settings) -> tuple[list[Row], dict]:
+    from pddbench.workload.stats import trace_stats
+    from pddbench.workload.trace import load_trace
+
+    mc = trace_stats(load_trace(MOONCAKE_TRACE))
+    above = lambda st: sum(st["hit_rate_histogram"]["fraction"][3:])  # buckets 95-97, 97-98, 98-99, 99-100
+    gen = [above(trace_stats(synthesize(SynthConfig(requests=max(cfg.requests, 1000), seed=s)))) for s in range(cfg.seeds)]
+    return [_row("hit_mix_mooncake", [above(mc)], f"Mooncake mean hit {mc['mean_hit_rate']:.2f}: its mix is "
+                 "not the article's (58% below 90%)."),
+            _row("hit_mix_generated", gen)], {"mooncake": {k: mc[k] for k in ("requests", "mean_hit_rate")}}
+
+
+def measure_naive_cross_dc(s: dict) -> list[Row]:
+    same, cross = s["regime-same-dc-pd"], s["regime-cross-dc-pd"]
+    q = lambda runs, p: [r["ttft_ms"][p] / 1000 for r in runs]
+    wan = lambda p: [r["wan_kv_ms"][p] / 1000 if r["wan_kv_ms"].get(p) is not None else None for r in cross]
+    return [_row("same_dc_ttft_p50", q(same, "p50"), "By selection: the regime's load was chosen for this."),
+            _row("cross_dc_ttft_p50", q(cross, "p50")),
+            _row("cross_dc_ttft_p50_inflation", [c - b for c, b in zip(q(cross, "p50"), q(same, "p50"))]),
+            _row("cross_dc_ttft_p90", q(cross, "p90")), _row("cross_dc_ttft_p99", q(cross, "p99")),
+            _row("wan_kv_latency_low", wan("p50")), _row("wan_kv_latency_high", wan("p99"))]
+
+
+def measure_drc(s: dict) -> list[Row]:
+    vals = [n["wan_kv_bytes"] / p["wan_kv_bytes"] if p["wan_kv_bytes"] else None
+            for p, n in zip(s["pdd"], s["pdd-no-drc"])]
+    hit = sum(r["p_hit_rate"] for r in s["pdd"]) / len(s["pdd"])
+    return [_row("drc_wan_reduction", vals, f"P-side token-weighted hit {hit:.2f}.")]
+
+
+def measure_headline(s: dict, cap: dict) -> list[Row]:
+    ttft = [_chg(p["ttft_ms"]["mean"], b["ttft_ms"]["mean"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
+    regime = [_chg(p["ttft_ms"]["mean"], b["ttft_ms"]["mean"]) for p, b in zip(s["regime-pdd"], s["regime-same-dc-pd"])]
+    thr = [_chg(p["throughput_within_sla_rps"], b["throughput_within_sla_rps"]) for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
+    bcr = [_chg(p["bcr"], b["bcr"]) for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
+    cpt = [_chg(p["cost_per_hour"] / p["throughput_within_sla_rps"], b["cost_per_hour"] / b["throughput_within_sla_rps"])
+           if p["throughput_within_sla_rps"] and b["throughput_within_sla_rps"] else None
+           for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
+    cost = [_chg(p["cost_per_hour"], b["cost_per_hour"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
+    rps = lambda runs: ", ".join(f"{r['throughput_within_sla_rps']:.1f}" for r in runs)
+    return [_row("ttft_change", ttft), _row("ttft_change_regime", regime),
+            _row("throughput_change", thr, f"Capacity (req/s) same-DC {rps(cap['same-dc-pd'])}; PDD {rps(cap['pdd'])}."),
+            _row("bcr_change", bcr), _row("cost_per_token_change", cpt), _row("hardware_cost_change", cost)]
+
+
+def measure_relay_share(s: dict) -> list[Row]:
+    return [_row("relay_token_share", [r["relay_token_share"] for r in s["pdd-64k-1k-90hit"]])]
+
+
+def measure_handoff(seeds: int) -> list[Row]:
+    """The microbenchmark's model estimates: KV bytes, message bytes, the transfer time of 100
+    tokens' KV over the paper's WAN profile (its delay, rate and jitter; one idle line) and MD's
+    recompute from the latency model, as `pddbench handoff-bench` estimates them."""
+    import random
+
+    from netem import load_profile
+    from netem.link_model import effective_delay_ms, effective_rate_gbps, predict_transfer_ms
+    from netem.sampling import JitterSampler
+    from pddbench.handoff_bench import recompute_model_ms
+    from pddbench.policy.pdd import handoff_message_bytes
+    from pddbench.scenario import load_scenario
+
+    sc = load_scenario(PAPER / "pdd.yaml")
+    kv = sc.model.kv_bytes_per_token * 100
+    prof = load_profile(sc.network.wan) if isinstance(sc.network.wan, str) else sc.network.wan
+    base = predict_transfer_ms(kv, rate_gbps=effective_rate_gbps(prof), delay_ms=effective_delay_ms(prof),
+                               sharing=prof.sharing)
+    means, peaks = [], []
+    for seed in range(seeds):
+        jit = JitterSampler(prof.jitter, random.Random(seed))
+        ms = [base + jit.sample_ms() for _ in range(200)]
+        means.append(sum(ms) / len(ms))
+        peaks.append(max(ms))
+    rec, _ = recompute_model_ms(str(PAPER / "pdd.yaml"), 100, 8192)
+    return [_row("handoff_kv_kb", [kv / 1024]), _row("handoff_ids_kb", [handoff_message_bytes(100) / 1024]),
+            _row("handoff_wan_mean_ms", means, f"{kv / 1e6:.2f} MB at {effective_rate_gbps(prof):g} Gbit/s."),
+            _row("handoff_wan_peak_ms", peaks),
+            _row("handoff_copy_ms", [], "Live only: `pddbench handoff-bench --md-endpoint` (not part of make run)."),
+            _row("handoff_recompute_ms", [rec], "Deterministic model: the max equals the mean.")]
+
+
+def _handoff_mode_share(r: dict) -> float | None:
+    modes = r.get("handoff_modes") or {}
+    total = modes.get("catch_up", 0) + modes.get("one_shot", 0)  # handoffs that happened, by mode
+    return modes.get("catch_up", 0) / total if total else None
+
+
+def measure_modes(s: dict) -> list[Row]:
+    stall = [_chg(c["handoff_stall_ms"]["p99"], o["handoff_stall_ms"]["p99"]) for c, o in zip(s["pdd-catch-up"], s["pdd-one-shot"])]
+    busy = [_chg(c["relay_busy_ms"]["mean"], o["relay_busy_ms"]["mean"]) for c, o in zip(s["pdd-catch-up"], s["pdd-one-shot"])]
+    return [_row("catchup_stall_change", stall), _row("catchup_relay_busy_change", busy),
+            _row("adaptive_catchup_share", [_handoff_mode_share(r) for r in s["pdd"]])]
+
+
+def measure_relay_only(s: dict) -> list[Row]:
+    ab, pdd = s["pdd-relay-only-ablation"], s["pdd"]
+    return [_row("relay_only_md_hit_gap", [r["decode_hit_rate"] - r["p_hit_rate"] for r in ab]),
+            _row("relay_only_relay_share_change", [_chg(a["relay_token_share"], p["relay_token_share"]) for a, p in zip(ab, pdd)]),
+            _row("relay_only_ttft_p90_change", [_chg(a["ttft_ms"]["p90"], p["ttft_ms"]["p90"]) for a, p in zip(ab, pdd)])]
+
+
+def measure_singular(s: dict) -> list[Row]:
+    share = [r["singular_flows"] / r["requests_total"] if r["requests_total"] else None for r in s["pdd"]]
+    saved = []
+    for p, n in zip(s["pdd"], s["pdd-no-singular-filter"]):
+        by = p.get("wan_kv_bytes_saved_by_reason") or {}
+        would = p["wan_kv_bytes"] + by.get("singular_flow", 0)  # what PDD would have sent without the filter
+        saved.append(by.get("singular_flow", 0) / would if would else None)
+    aborted = s["pdd"][0].get("aborted_transfers_by_reason")
+    return [_row("singular_share", share), _row("singular_wan_saved", saved, f"Aborted transfers by reason (seed 0): {aborted}.")]
+
+
+def bathtub_table(results: dict):
+    import pandas as pd
+
+    rows = {}
+    for key, res in results.items():
+        if key[0] == "bathtub" and isinstance(res, dict):
+            rows.setdefault(key[2], {})[key[1]] = res["capacity"]["throughput_within_sla_rps"]
+    return pd.DataFrame(rows).T.sort_index()
+
+
+def measure_bathtub(tub) -> list[Row]:
+    pdd = tub["pdd"]
+
+    def dip(h: float) -> float | None:
+        """A drop: less throughput than at the next lower hit rate (more hit is less work, so
+        throughput rises with hit rate unless something, e.g. an unbatched tail chunk, breaks it)."""
+        idx = list(tub.index)
+        near = min(idx, key=lambda x: abs(x - h))
+        i = idx.index(near)
+        return None if i == 0 else _chg(pdd.iloc[i], pdd.iloc[i - 1])
+
+    gain = ((tub["pdd"] / tub["same-dc-pd"] - 1) * 100).replace([float("inf")], float("nan"))
+    mid = gain[(gain.index > 0.15) & (gain.index < 0.85)].mean()
+    ends = gain[(gain.index <= 0.15) | (gain.index >= 0.85)].mean()
+    return [_row("bathtub_dip_20", [dip(0.2)]), _row("bathtub_dip_40", [dip(0.4)]),
+            _row("bathtub_middle", [None if math.isnan(mid - ends) else float(mid - ends)],
+                 f"Gain at the ends {ends:+.1f} %, in the middle {mid:+.1f} % (one seed).")]
+
+
+# ---------------------------------------------------------------- the map
+
+
+def map_table(results: dict, grid: dict):
+    """One row per PDD point: axes, PDD and same-DC capacity and mean TTFT, and both changes."""
+    import pandas as pd
+
+    got: dict = {}
+    for key, res in results.items():
+        if key[0] == "map" and isinstance(res, dict):
+            got[(key[1], key[2], key[3])] = res
+    rows = []
+    for (dep, measure, k), res in got.items():
+        if dep != "pdd" or measure != "capacity":
+            continue
+        axes = json.loads(k)
+        same_key = json.dumps({a: v for a, v in axes.items() if a not in PDD_ONLY_AXES}, sort_keys=True)
+        p_run, b_run = got[("pdd", "run", k)]["summary"], got[("same-dc-pd", "run", same_key)]["summary"]
+        b_cap = got[("same-dc-pd", "capacity", same_key)]["capacity"]
+        row = {a: (HIT_MIX_NAMES.get(tuple(v), str(v)) if isinstance(v, list) else v) for a, v in axes.items()}
+        row.update({"pdd_rps": res["capacity"]["throughput_within_sla_rps"], "same_dc_rps": b_cap["throughput_within_sla_rps"],
+                    "throughput_change_pct": _chg(res["capacity"]["throughput_within_sla_rps"], b_cap["throughput_within_sla_rps"]),
+                    "ttft_change_pct": _chg(p_run["ttft_ms"]["mean"], b_run["ttft_ms"]["mean"])})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the whole job
+
+
+def analyse_traces(out: Path, cfg: Settings) -> dict:
+    from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
+    from pddbench.workload.stats import public, trace_stats
+    from pddbench.workload.trace import load_trace, write_trace
+
     traces = {"mooncake-synthetic": load_trace(MOONCAKE_TRACE)}
     for name, hist in (("agentic-pdd-like", PDD_LIKE_HIST), ("agentic-mooncake-like", MOONCAKE_LIKE_HIST)):
-        reqs = synthesize(SynthConfig(requests=4000, seed=0, target_hist=hist))
+        reqs = synthesize(SynthConfig(requests=max(cfg.requests, 1000), seed=0, target_hist=hist))
         write_trace(out / "traces" / f"{name}.jsonl", reqs)
         traces[name] = reqs
     overview = {}
@@ -41,107 +403,125 @@ def analyse_traces(out: Path) -> dict:
         write_json(folder / "stats.json", public(stats))
         bucket_mix_over_time(stats, folder / "hit_mix_over_time.png")
         hit_rate_cdf(stats["_per_request_hit_rate"], folder / "hit_rate_cdf.png", label=name)
-        overview[name] = {k: stats[k] for k in ("requests", "mean_hit_rate", "token_weighted_hit_rate")}
+        overview[name] = {k: stats[k] for k in ("requests", "mean_hit_rate", "token_weighted_hit_rate",
+                                                "input_length", "output_length", "arrival_rate_rps")}
         overview[name]["hit_rate_histogram"] = stats["hit_rate_histogram"]["fraction"]
-        console.print(f"  trace {name}: {stats['requests']} requests, mean hit {stats['mean_hit_rate']:.3f}")
     return overview
 
 
-def _change(new: float | None, old: float | None) -> float | None:
-    return None if not new or not old else round(new / old - 1, 4)
+def operating_point(s: dict, traces: dict, cfg: Settings) -> dict:
+    """The load and prompt sizes every figure rests on, and the naive cross-DC inflation."""
+    g = traces["agentic-pdd-like"]
+    inflation = {}
+    for regime, (same, cross) in {"base": ("same-dc-pd", "cross-dc-pd"),
+                                  "regime": ("regime-same-dc-pd", "regime-cross-dc-pd")}.items():
+        inflation[regime] = {f"{d}_{p}_s": round(sum(r["ttft_ms"][p] for r in s[n]) / len(s[n]) / 1000, 3)
+                             for d, n in (("same_dc", same), ("cross_dc", cross)) for p in ("p50", "p90", "p99")}
+        inflation[regime]["offered_rps"] = round(s[same][0]["offered_rps"] or 0, 2)
+    return {"workload": "generated agentic trace, PDD-like hit mix", "requests": cfg.requests, "seeds": cfg.seeds,
+            "base_load_rps": round(s["same-dc-pd"][0]["offered_rps"] or 0, 2),
+            "regime_load_rps": inflation["regime"]["offered_rps"],
+            "regime_requests": s["regime-same-dc-pd"][0]["requests_total"],
+            "input_tokens": {k: g["input_length"][k] for k in ("p50", "p90", "p99")},
+            "output_tokens": {k: g["output_length"][k] for k in ("p50", "p90")},
+            "mean_hit_rate": round(g["mean_hit_rate"], 3), "sla": s["pdd"][0]["sla"], "naive_cross_dc": inflation}
 
 
-def _paper_tasks(out: Path, names: list[str], searched: list[str]) -> list[tuple[str, str, "Payload"]]:
-    """The searches (longest first) and the runs, as executor tasks: (what, name, payload)."""
-    import yaml
-
-    from pddbench.scenario import load_scenario
-    from pddbench.sweep.payload import Payload, make_payload, ship_scenario
-
-    tasks = []
-    for name in searched:
-        data, blobs = ship_scenario(load_scenario(PAPER / f"{name}.yaml"))
-        tasks.append(("capacity", name, make_payload({"kind": "capacity", "scenario": data, "iterations": 7}, blobs)))
-    for name in names:
-        path, sc = PAPER / f"{name}.yaml", load_scenario(PAPER / f"{name}.yaml")
-        data, blobs = ship_scenario(sc)
-        task = {"kind": "run_folder", "scenario": data,
-                "scenario_yaml": yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False),
-                "log": [f"scenario {path} overrides []", f"run folder {out / 'runs' / name}"]}
-        tasks.append(("run", name, make_payload(task, blobs)))
-    return tasks
+def context_line(op: dict, cfg: Settings) -> str:
+    inf = op["naive_cross_dc"]
+    fmt = lambda d, who: " / ".join(f"{d[f'{who}_{p}_s']:.2f}" for p in ("p50", "p90", "p99"))
+    sla = op["sla"]
+    return (f"Simulated on the generated agentic trace (PDD-like hit mix, mean hit {op['mean_hit_rate']:.2f}; input "
+            f"tokens p50/p90/p99 {op['input_tokens']['p50']:,.0f} / {op['input_tokens']['p90']:,.0f} / "
+            f"{op['input_tokens']['p99']:,.0f}; output p50 {op['output_tokens']['p50']:,.0f}), {cfg.requests:,} requests "
+            f"per run, seeds 0..{cfg.seeds - 1}; base load {op['base_load_rps']} req/s, regime load "
+            f"{op['regime_load_rps']} req/s ({op['regime_requests']:,} requests); SLA P{sla.get('percentile', 90):g} TTFT "
+            f"{sla.get('ttft_ms', 0) / 1000:g} s, TPOT {sla.get('tpot_ms', 0):g} ms. Naive cross-DC TTFT p50/p90/p99 (s): "
+            f"base load same-DC {fmt(inf['base'], 'same_dc')} -> cross-DC {fmt(inf['base'], 'cross_dc')}; regime same-DC "
+            f"{fmt(inf['regime'], 'same_dc')} -> cross-DC {fmt(inf['regime'], 'cross_dc')}. Assumptions: "
+            "scenarios/paper/*.yaml; verdict tolerances: pddbench/claims.py.")
 
 
-def _run_paper_tasks(out: Path, names: list[str], searched: list[str], jobs: int | None) -> tuple[dict, dict]:
-    """Every simulation and search through one executor (-j): run folders and capacity results."""
-    import base64
-    import json
-
-    from pddbench.io import atomic_path, run_folder
-    from pddbench.sweep.executors import make_executor
-
-    tasks = _paper_tasks(out, names, searched)
-    runs, capacity = {}, {}
-    with make_executor(jobs, None, tasks=len(tasks)) as ex:
-        for i, text in ex.run([p for _, _, p in tasks]):
-            what, name, _ = tasks[i]
-            res = json.loads(text)
-            if res["status"] != "ok":
-                raise RuntimeError(f"{what} {name} failed: {res['error']}")
-            if what == "capacity":
-                capacity[name] = res["capacity"]
-                console.print(f"  capacity {name}: {capacity[name]['throughput_within_sla_rps']:.2f} req/s")
-                continue
-            with run_folder(out / "runs" / name, out, name) as folder:
-                for fname, b64 in res["files"].items():
-                    with atomic_path(folder.path / fname) as tmp:
-                        tmp.write_bytes(base64.b64decode(b64))
-            runs[name] = folder.path
-            console.print(f"  simulated {name}")
-    return runs, {n: capacity[n] for n in searched}
+def ledger_rows(s: dict, cap: dict, tub, cfg: Settings) -> tuple[list[Row], dict]:
+    mix_rows, mix_info = measure_hit_mix(cfg)
+    rows = (mix_rows + measure_naive_cross_dc(s) + measure_drc(s) + measure_headline(s, cap) + measure_relay_share(s)
+            + measure_handoff(cfg.seeds) + measure_modes(s) + measure_relay_only(s) + measure_singular(s)
+            + measure_bathtub(tub))
+    order = {c.id: i for i, c in enumerate(CLAIMS)}
+    rows.sort(key=lambda r: order[r.claim.id])
+    return rows, mix_info
 
 
-def simulate_paper(out: Path, jobs: int | None = None) -> dict:
+def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, ray: str | None = None,
+              requests: int | None = None, seeds: int = 3, update_readme: Path | None = None) -> Path:
+    """`jobs`: worker processes (None: all cores). Writes the ledger (reproduce.json, report.md,
+    report.html), figures, run folders, comparisons, sweeps; with `update_readme`, regenerates
+    that README's section between the ledger markers."""
     from pddbench.compare import compare_runs
+    from pddbench.report import reproduce_figures as rf
+    from pddbench.report.ledger_report import report_html, report_markdown
+    from pddbench.report.ledger_report import update_readme as write_readme
+    from pddbench.report.sensitivity import describe_map, map_heatmaps
 
-    names = ["same-dc-pd", "cross-dc-pd", "pdd", "pdd-one-shot", "pdd-catch-up", "pdd-relay-only-ablation",
-             "pdd-no-singular-filter", "pdd-64k-1k-90hit"]
-    runs, capacity = _run_paper_tasks(out, names, ["same-dc-pd", "cross-dc-pd", "pdd"], jobs)
-    runs = {n: runs[n] for n in names}
-    compare_runs([runs[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments")
-    compare_runs([runs[n] for n in ("pdd-one-shot", "pdd-catch-up", "pdd")], out / "compare-handoff-modes")
-    compare_runs([runs[n] for n in ("pdd", "pdd-relay-only-ablation", "pdd-no-singular-filter")],
-                 out / "compare-ablations")
-    write_json(out / "capacity.json", capacity)
-
-    import json
-
-    s = {n: json.loads((runs[n] / "summary.json").read_text()) for n in names}
-    base, pdd, cross = s["same-dc-pd"], s["pdd"], s["cross-dc-pd"]
-    simulated = {
-        "ttft_mean_change_vs_same_dc": _change(pdd["ttft_ms"]["mean"], base["ttft_ms"]["mean"]),
-        "ttft_p90_change_vs_same_dc": _change(pdd["ttft_ms"]["p90"], base["ttft_ms"]["p90"]),
-        "ttft_mean_change_vs_cross_dc": _change(pdd["ttft_ms"]["mean"], cross["ttft_ms"]["mean"]),
-        "ttft_p90_change_vs_cross_dc": _change(pdd["ttft_ms"]["p90"], cross["ttft_ms"]["p90"]),
-        "throughput_within_sla_change": _change(capacity["pdd"]["throughput_within_sla_rps"],
-                                                capacity["same-dc-pd"]["throughput_within_sla_rps"]),
-        "bcr_change": _change(capacity["pdd"]["bcr"], capacity["same-dc-pd"]["bcr"]),
-        "cost_change": _change(pdd["cost_per_hour"], base["cost_per_hour"]),
-        "relay_token_share_64k_1k_90hit": s["pdd-64k-1k-90hit"]["relay_token_share"],
-        "relay_only_ablation_hit_rates": {"p": s["pdd-relay-only-ablation"]["p_hit_rate"],
-                                          "decode": s["pdd-relay-only-ablation"]["decode_hit_rate"]},
-    }
-    return {"article": ARTICLE, "simulated": simulated, "runs": {n: str(p.relative_to(out)) for n, p in runs.items()}}
-
-
-def reproduce(results_root: Path, jobs: int | None = None) -> Path:
-    """`jobs`: worker processes for the simulations and searches (None: all cores)."""
+    cfg = Settings.make(full, jobs, ray, requests, seeds)
     out = new_run_dir(results_root, "reproduce")
-    console.print(f"[bold]pddbench reproduce[/] -> {out}")
-    overview = {"traces": analyse_traces(out)}
-    overview["paper"] = simulate_paper(out, jobs)
-    write_json(out / "overview.json", overview)
-    from pddbench.report.tables import print_article_vs_sim
+    console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
+    traces = analyse_traces(out, cfg)
+    results = run_tasks(out, cfg, build_tasks(out, cfg))
+    s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in VARIANTS}
+    cap = {n: [results[("capacity", n, k)]["capacity"] for k in range(cfg.seeds)] for n in SEARCHED}
+    folders = {n: results[("run", n, 0)]["folder"] for n in VARIANTS}
+    tub = bathtub_table(results)
+    grid = MAP_FULL if cfg.full else MAP_LIGHT
+    sens = map_table(results, grid)
+    op = operating_point(s, traces, cfg)
+    context = context_line(op, cfg)
+    rows, mix_info = ledger_rows(s, cap, tub, cfg)
 
-    print_article_vs_sim(overview["paper"])
+    compare_runs([folders[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments", baseline="same-dc-pd")
+    compare_runs([folders[n] for n in ("regime-same-dc-pd", "regime-cross-dc-pd", "regime-pdd")], out / "compare-regime",
+                 baseline="regime-same-dc-pd")
+    compare_runs([folders[n] for n in ("pdd-one-shot", "pdd-catch-up", "pdd")], out / "compare-handoff-modes",
+                 baseline="pdd-one-shot")
+    compare_runs([folders[n] for n in ("pdd", "pdd-relay-only-ablation", "pdd-no-singular-filter", "pdd-no-drc")],
+                 out / "compare-ablations", baseline="pdd")
+
+    axes = [a for a in grid]
+    words = {"throughput_change_pct": describe_map(sens, axes, "throughput_change_pct", "PDD's throughput-within-SLA gain"),
+             "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative")}
+    write_json(out / "map" / "map.json", {"axes": grid, "points": sens.to_dict(orient="records"), "words": words})
+    load = f"base load {op['base_load_rps']} req/s, SLA TTFT {op['sla']['ttft_ms'] / 1000:g} s"
+    figures = [
+        ("Article vs simulated, claim by claim", rf.claims_dotplot(rows, out / "figures" / "article_vs_sim.png")),
+        ("Naive cross-DC PD: TTFT CDF, same-DC vs cross-DC (regime load)",
+         rf.naive_cdf(folders, op, out / "figures" / "naive_cross_dc_cdf.png")),
+        ("Handoff modes: stall and relay occupancy", rf.handoff_modes(folders, load, out / "figures" / "handoff_modes.png")),
+        ("P->RLD-only ablation: hit rates over time", rf.relay_only_drift(folders, load, out / "figures" / "relay_only_drift.png")),
+        ("Bathtub: throughput within SLA against hit rate", rf.bathtub(tub, out / "figures" / "bathtub.png")),
+    ]
+    for metric, title in (("throughput_change_pct", "throughput-within-SLA change"), ("ttft_change_pct", "mean TTFT change")):
+        figures.append((f"Sensitivity map: PDD vs same-DC {title}",
+                        map_heatmaps(sens, axes, metric, f"PDD vs same-DC PD: {title} (%), "
+                                     f"{cfg.map_requests} requests per point, SLA TTFT {op['sla']['ttft_ms'] / 1000:g} s",
+                                     out / "map" / f"{metric}.png")))
+    wall = round(time.perf_counter() - cfg.started, 1)
+    map_words = "\n\n".join(words.values())
+    full_context = f"{context}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): {map_words}"
+    write_json(out / "reproduce.json", {"context": context, "operating_point": op, "settings": {
+        "requests": cfg.requests, "seeds": cfg.seeds, "full": cfg.full, "map_points": len(sens),
+        "map_requests": cfg.map_requests, "bathtub_requests": cfg.bathtub_requests, "capacity_iterations": cfg.iterations,
+        "wall_s": wall, "cpu_s": cpu_seconds(), "load_average": os.getloadavg()[0],
+        "worker_s_by_kind": results.get("_walls")}, "rows": [r.to_json() for r in rows], "map_words": words, "traces": traces, "mooncake": mix_info,
+        "bathtub": tub.reset_index().rename(columns={"index": "hit_rate"}).to_dict(orient="records"),
+        "runs": {n: str(p.relative_to(out)) for n, p in folders.items()}})
+    figs_rel = [(t, str(p.relative_to(out))) for t, p in figures]
+    write_text(out / "report.md", report_markdown(rows, full_context, figs_rel))
+    write_text(out / "report.html", report_html(rows, full_context, figures))
+    if update_readme is not None:
+        write_readme(update_readme, rows, full_context + f"\n\nGenerated by `pddbench reproduce --update-readme` "
+                     f"({'full' if cfg.full else 'light'} map, {wall:.0f} s).")
+    from pddbench.report.tables import print_ledger
+
+    print_ledger(rows)
+    console.print(f"  reproduce took {wall} s wall, {cpu_seconds()} CPU s (load average {os.getloadavg()[0]:.1f})")
     return out

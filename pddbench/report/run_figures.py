@@ -43,7 +43,12 @@ def ttft_cdf(runs: dict[str, pd.DataFrame], path: Path, sla_ms: float | None = N
     for label, rec in runs.items():
         x = np.sort(rec.loc[~rec["failed"], "ttft_ms"].to_numpy())
         if len(x):
-            ax.plot(x / 1000, np.arange(1, len(x) + 1) / len(x) * 100, label=label)
+            line, = ax.plot(x / 1000, np.arange(1, len(x) + 1) / len(x) * 100, label=label)
+            for q, marker in ((50, "o"), (90, "s"), (99, "^")):  # p50/p90/p99 marked and labelled
+                v = float(np.percentile(x, q)) / 1000
+                ax.plot(v, q, marker=marker, color=line.get_color(), ms=5)
+                ax.annotate(f"p{q} {v:.2f}s", (v, q), textcoords="offset points", xytext=(4, -9),
+                            fontsize="x-small", color=line.get_color())
     plotted = bool(ax.lines)
     if sla_ms and plotted:
         ax.axvline(sla_ms / 1000, color="grey", ls="--", lw=1, label="TTFT SLA")
@@ -92,7 +97,11 @@ def hit_rate_drift(records: pd.DataFrame, path: Path, title: str) -> None:
 
 def run_figures(records: pd.DataFrame, summary: dict, out: Path) -> None:
     name = summary.get("scenario", summary["deployment"])
-    title = interrupted_title(name, bool(summary.get("interrupted")))
-    ttft_cdf({name: records}, out / "ttft_cdf.png", summary["sla"]["ttft_ms"], interrupted_title("TTFT CDF", bool(summary.get("interrupted"))))
+    sla = summary.get("sla") or {}
+    load = (f"{summary.get('offered_rps') or 0:.1f} req/s, SLA P{sla.get('percentile', 90):g} TTFT "
+            f"{sla.get('ttft_ms', 0) / 1000:g} s / TPOT {sla.get('tpot_ms', 0):g} ms")
+    title = interrupted_title(f"{name} ({load})", bool(summary.get("interrupted")))
+    ttft_cdf({name: records}, out / "ttft_cdf.png", summary["sla"]["ttft_ms"],
+             interrupted_title(f"TTFT CDF: {name}, {load}", bool(summary.get("interrupted"))))
     latency_legs(records, out / "ttft_legs.png", title)
     hit_rate_drift(records, out / "hit_rate_over_time.png", title)

@@ -1,0 +1,117 @@
+"""`pddbench reproduce`: the claims table covers every figure of the article, a tiny run writes the
+ledger (one row per claim, a verdict each), and the map's words follow the map's signs."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from pddbench.claims import BY_ID, CLAIMS
+from pddbench.ledger import VERDICTS
+from pddbench.report.sensitivity import describe_map
+
+# Every figure of the article (pdd-brief.md) the ledger must carry, by claim id.
+ARTICLE_FIGURES = {
+    "70-80% of requests above 95% hit": ["hit_mix_mooncake", "hit_mix_generated"],
+    "naive cross-DC P50 4.2 -> 6.7 s, P90 18.3 s, P99 29.7 s": [
+        "same_dc_ttft_p50", "cross_dc_ttft_p50", "cross_dc_ttft_p50_inflation", "cross_dc_ttft_p90", "cross_dc_ttft_p99"],
+    "per-request WAN KV latency 1-20 s": ["wan_kv_latency_low", "wan_kv_latency_high"],
+    "up to 10x less WAN bandwidth with the DRC": ["drc_wan_reduction"],
+    "TTFT -51.5%": ["ttft_change", "ttft_change_regime"],
+    "throughput within SLA +27.8%": ["throughput_change"],
+    "BCR up to +37.5%, cost per token -37.5%": ["bcr_change", "cost_per_token_change"],
+    "hardware cost -3.5..-7.1%": ["hardware_cost_change"],
+    "RLD token share 6.2%": ["relay_token_share"],
+    "100-token handoff 4649 KB vs 1.5 KB; 185 / 512.6 / +24.5 ms vs 321.4 ms": [
+        "handoff_kv_kb", "handoff_ids_kb", "handoff_wan_mean_ms", "handoff_wan_peak_ms", "handoff_copy_ms",
+        "handoff_recompute_ms"],
+    "One-Shot vs Catch-Up, ~64-token rule": ["catchup_stall_change", "catchup_relay_busy_change", "adaptive_catchup_share"],
+    "P->RLD only collapses": ["relay_only_md_hit_gap", "relay_only_relay_share_change", "relay_only_ttft_p90_change"],
+    "singular flows 3-4%": ["singular_share", "singular_wan_saved"],
+    "bathtub, drops near 20% and 40%": ["bathtub_dip_20", "bathtub_dip_40", "bathtub_middle"],
+}
+
+
+def test_claims_cover_every_article_figure():
+    for figure, ids in ARTICLE_FIGURES.items():
+        for cid in ids:
+            assert cid in BY_ID, f"{figure}: no claim {cid}"
+    listed = {cid for ids in ARTICLE_FIGURES.values() for cid in ids}
+    assert listed == set(BY_ID), "every claim belongs to an article figure"
+    for c in CLAIMS:
+        assert c.unit and c.depends_on, c.id
+        assert c.kind in ("value", "change", "range")
+        if c.kind == "range":
+            assert isinstance(c.article, tuple) and c.article[0] <= c.article[1]
+    values = {c.id: c.article for c in CLAIMS}
+    assert values["ttft_change"] == -51.5 and values["throughput_change"] == 27.8
+    assert values["cross_dc_ttft_p99"] == 29.7 and values["handoff_kv_kb"] == 4649.0
+    assert values["relay_token_share"] == 0.062 and values["hardware_cost_change"] == (-7.1, -3.5)
+
+
+def _map(sign_of):
+    rows = []
+    for tpot in (60, 150):
+        for wan in ("cross-city-10g", "cross-city-100g"):
+            for kv in (4400, 47606):
+                rows.append({"sla.tpot_ms": tpot, "network.wan": wan, "model.kv_bytes_per_token": kv,
+                             "gain": sign_of(tpot, wan, kv) * (5 + kv / 1e4)})
+    return pd.DataFrame(rows)
+
+
+AXES = ["sla.tpot_ms", "network.wan", "model.kv_bytes_per_token"]
+
+
+def test_map_words_follow_the_signs():
+    by_wan = describe_map(_map(lambda t, w, k: 1 if w.endswith("100g") else -1), AXES, "gain", "The gain")
+    assert "positive at 4 of 8" in by_wan
+    assert "WAN line alone decides the sign: positive at cross-city-100g, negative at cross-city-10g" in by_wan
+    flipped = describe_map(_map(lambda t, w, k: -1 if w.endswith("100g") else 1), AXES, "gain", "The gain")
+    assert "positive at cross-city-10g, negative at cross-city-100g" in flipped and flipped != by_wan
+    by_kv = describe_map(_map(lambda t, w, k: 1 if k == 4400 else -1), AXES, "gain", "The gain")
+    assert "KV bytes/token alone decides" in by_kv and "WAN line alone" not in by_kv
+    everywhere = describe_map(_map(lambda t, w, k: 1), AXES, "gain", "The gain")
+    assert "positive everywhere" in everywhere
+    # no single axis decides: positive only where two conditions meet
+    pair = describe_map(_map(lambda t, w, k: 1 if (t == 60 and k == 4400) else -1), AXES, "gain", "The gain")
+    assert "positive at 2 of 8" in pair and "TPOT SLA (ms) = 60 and KV bytes/token = 4400" in pair
+    assert describe_map(pd.DataFrame({"gain": [None]}), AXES, "gain", "X").endswith("could be measured.")
+
+
+def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
+    from pddbench.reproduce import reproduce
+
+    monkeypatch.setenv("PDDBENCH_REPRODUCE_REQUESTS", "40")
+    readme = tmp_path / "README.md"
+    from pddbench.report.ledger_report import README_END, README_START
+
+    readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nold\n{README_END}\nrest\n")
+    out = reproduce(tmp_path / "results", jobs=1, seeds=2, update_readme=readme)
+    data = json.loads((out / "reproduce.json").read_text())
+    assert [r["id"] for r in data["rows"]] == [c.id for c in CLAIMS]
+    assert all(r["verdict"] in VERDICTS for r in data["rows"])
+    measured = [r for r in data["rows"] if r["id"] == "ttft_change"][0]
+    assert measured["seeds"] == 2 and measured["simulated_mean"] is not None
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    for c in CLAIMS:
+        assert c.figure.replace("|", "/") in md
+    assert html.count("<tr class=") == len(CLAIMS) and "data:image/png;base64," in html
+    assert "req/s" in data["context"] and "Naive cross-DC TTFT p50/p90/p99" in data["context"]
+    assert set(data["map_words"]) == {"throughput_change_pct", "ttft_change_pct"}
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("rest\n") and "throughput within SLA" in text
+    for fig in ("article_vs_sim", "naive_cross_dc_cdf", "handoff_modes", "relay_only_drift", "bathtub"):
+        assert (out / "figures" / f"{fig}.png").is_file()
+
+
+def test_full_map_is_the_shipped_sensitivity_sweep():
+    import yaml
+
+    from pddbench.reproduce import MAP_FULL, PDD_ONLY_AXES
+    from pddbench.shipped import SCENARIOS
+
+    pdd = yaml.safe_load((SCENARIOS / "sweeps" / "sensitivity-pdd.yaml").read_text())["axes"]
+    same = yaml.safe_load((SCENARIOS / "sweeps" / "sensitivity-same-dc-pd.yaml").read_text())["axes"]
+    assert pdd == MAP_FULL
+    assert same == {k: v for k, v in MAP_FULL.items() if k not in PDD_ONLY_AXES}
