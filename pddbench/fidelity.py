@@ -287,7 +287,7 @@ def _write(out: Path, result: dict, rows: list[dict], live_ok, sim_ok, ttft_grou
                    f"{r['sim_ci_ms'][1]:.3f},{r['error_pct_ci'][0]:.2f},{r['error_pct_ci'][1]:.2f},"
                    f"{str(r['within_live_spread']).lower()}\n" for r in rows))
     write_text(out / "fidelity_requests.csv", per_request_csv(live_ok, sim_ok))
-    title = f"{live_dir.name}: {n_runs} run(s), {result['requests_paired']} requests"
+    title = f"{live_dir.name} vs {Path(result['twin_scenario']).stem}: {n_runs} run(s), {result['requests_paired']} requests"
     _plot(ttft_groups, rows, out / "fidelity_ttft.png", confidence, n_boot, title)
 
 
