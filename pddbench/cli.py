@@ -505,7 +505,7 @@ def reproduce_cmd(
     jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes for the simulations and searches "
                              "(0: all cores; 1: in this process). The outputs do not depend on it."),
     full: bool = typer.Option(False, "--full", help="The whole sensitivity map and a finer bathtub (long: see README)."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'local' or a cluster address."),
+    ray: bool = typer.Option(False, "--ray", help="Run on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),
     requests: int = typer.Option(0, "--requests", min=0, help="Requests per generated trace (0: 1,000; --full: "
                                  "4,000; also PDDBENCH_REPRODUCE_REQUESTS)."),
     seeds: int = typer.Option(3, "--seeds", min=1, max=50, help="Seeds per scenario (seed and workload seed)."),
@@ -520,7 +520,7 @@ def reproduce_cmd(
     readme = Path("README.md") if update_readme else None
     if readme is not None and not readme.is_file():
         raise UserError("--update-readme: no README.md in the working directory")
-    out = reproduce(results, jobs or None, full=full, ray=ray, requests=requests or None, seeds=seeds,
+    out = reproduce(results, jobs or None, full=full, ray="" if ray else None, requests=requests or None, seeds=seeds,
                     update_readme=readme)
     console.print(f"[green]done[/]: open {out}")
 

@@ -85,7 +85,7 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
     from pddbench.report.ledger_report import README_END, README_START
 
-    readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nold\n{README_END}\nrest\n")
+    readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nOLD-TABLE-LINE\n{README_END}\nrest\n")
     out = reproduce(tmp_path / "results", jobs=1, seeds=2, update_readme=readme)
     data = json.loads((out / "reproduce.json").read_text())
     assert [r["id"] for r in data["rows"]] == [c.id for c in CLAIMS]
@@ -100,7 +100,7 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
     assert "req/s" in data["context"] and "Naive cross-DC TTFT p50/p90/p99" in data["context"]
     assert set(data["map_words"]) == {"throughput_change_pct", "ttft_change_pct"}
     text = readme.read_text()
-    assert "old" not in text and text.endswith("rest\n") and "throughput within SLA" in text
+    assert "OLD-TABLE-LINE" not in text and text.endswith("rest\n") and "throughput within SLA" in text
     for fig in ("article_vs_sim", "naive_cross_dc_cdf", "handoff_modes", "relay_only_drift", "bathtub"):
         assert (out / "figures" / f"{fig}.png").is_file()
 

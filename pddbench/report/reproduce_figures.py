@@ -101,9 +101,9 @@ def handoff_modes(folders: dict, load: str, path: Path) -> Path:
         r = _records(folders[n])
         label = "adaptive (pdd)" if n == "pdd" else n.removeprefix("pdd-")
         _cdf_with_marks(axs[0], r["handoff_stall_ms"].dropna().to_numpy(), label, c)
-        _cdf_with_marks(axs[1], r["relay_busy_ms"].dropna().to_numpy() / 1000, label, c)
+        relayed = r[r["relay_busy_ms"].fillna(0) > 0]  # requests that held a relay decoder at all
+        _cdf_with_marks(axs[1], relayed["relay_busy_ms"].to_numpy() / 1000, label, c)
         if "relay_tokens" in r.columns and "output_tokens" in r.columns:
-            relayed = r[r["relay_busy_ms"].notna()]
             share = relayed["relay_tokens"].sum() / max(1, relayed["output_tokens"].sum())
             axs[2].bar(label, share * 100, color=c)
     axs[0].set_xlabel("handoff stall: MD's first token - relay's last (ms)")

@@ -21,6 +21,14 @@ def _name(axis: str) -> str:
     return SHORT.get(axis, axis)
 
 
+def _order(v):
+    """Numbers by value, then anything else by its text."""
+    try:
+        return (0, float(v), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
+
+
 def _cond(axis: str, value) -> str:
     return f"{_name(axis)} = {value}"
 
@@ -96,7 +104,7 @@ def map_heatmaps(df: pd.DataFrame, axes: list[str], metric: str, title: str, pat
     fig, axs = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow + 0.8), squeeze=False)
     finite = df[metric].replace([np.inf, -np.inf], np.nan).dropna()
     lim = max(1.0, float(finite.abs().max()) if len(finite) else 1.0)
-    xs, ys = sorted(df[x].unique(), key=str), sorted(df[y].unique(), key=str)
+    xs, ys = sorted(df[x].unique(), key=_order), sorted(df[y].unique(), key=_order)
     im = None
     for ax, (key, grp) in zip(axs.flat, groups):
         grid = np.full((len(ys), len(xs)), np.nan)
@@ -117,5 +125,6 @@ def map_heatmaps(df: pd.DataFrame, axes: list[str], metric: str, title: str, pat
     if im is not None:
         fig.colorbar(im, ax=axs, shrink=0.6, label=f"{metric} (blue: positive)")
     fig.suptitle(title)
+    fig.subplots_adjust(wspace=0.6, hspace=0.6)
     save_figure(fig, path)
     return path
