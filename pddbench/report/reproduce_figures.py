@@ -136,7 +136,7 @@ def relay_only_drift(folders: dict, load: str, path: Path) -> Path:
     return path
 
 
-def bathtub(tub: pd.DataFrame, path: Path) -> Path:
+def bathtub(tub: pd.DataFrame, path: Path, sla: str = "") -> Path:
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.3))
     for col in tub.columns:
@@ -152,7 +152,7 @@ def bathtub(tub: pd.DataFrame, path: Path) -> Path:
     a2.axhline(0, color="black", lw=0.8)
     a2.set_xlabel("prefix hit rate (%)")
     a2.set_ylabel("PDD vs same-DC PD (%)")
-    fig.suptitle("Bathtub: fixed workload (32K input, 256 output), capacity search per hit rate; dotted: the "
-                 "article's 20% / 40% singular points")
+    fig.suptitle("Bathtub: paper/pdd and paper/same-dc-pd on a fixed workload (32K input, 256 output), throughput "
+                 f"within SLA ({sla}) per hit rate;\ndotted: the article's 20% / 40% singular points", fontsize="medium")
     save_figure(fig, path)
     return path
