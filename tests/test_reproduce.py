@@ -115,3 +115,16 @@ def test_full_map_is_the_shipped_sensitivity_sweep():
     same = yaml.safe_load((SCENARIOS / "sweeps" / "sensitivity-same-dc-pd.yaml").read_text())["axes"]
     assert pdd == MAP_FULL
     assert same == {k: v for k, v in MAP_FULL.items() if k not in PDD_ONLY_AXES}
+
+
+def test_compare_deltas_against_a_chosen_baseline():
+    from pddbench.compare import with_deltas
+    from pddbench.errors import UserError
+
+    table = pd.DataFrame({"a": [100.0, 2.0], "b": [150.0, 2.0], "c": [50.0, 0.0]}, index=["TTFT p90 (ms)", "x"])
+    d = with_deltas(table, "b")
+    assert list(d.columns) == ["b", "a", "a vs b (%)", "c", "c vs b (%)"]
+    assert d.loc["TTFT p90 (ms)", "a vs b (%)"] == pytest.approx(-33.3) and d.loc["x", "c vs b (%)"] == -100.0
+    assert list(with_deltas(table, None).columns)[0] == "a"
+    with pytest.raises(UserError):
+        with_deltas(table, "nope")
