@@ -262,9 +262,13 @@ def measure_headline(s: dict, cap: dict) -> list[Row]:
            if p["throughput_within_sla_rps"] and b["throughput_within_sla_rps"] else None
            for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
     cost = [_chg(p["cost_per_hour"], b["cost_per_hour"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
-    rps = lambda runs: ", ".join(f"{r['throughput_within_sla_rps']:.1f}" for r in runs)
+    rps = lambda runs: ", ".join(f"{r['throughput_within_sla_rps']:.1f} ({r.get('bound_by')})" for r in runs)
+    short = any(r.get("warnings") for r in cap["pdd"] + cap["same-dc-pd"])
     return [_row("ttft_change", ttft), _row("ttft_change_regime", regime),
-            _row("throughput_change", thr, f"Capacity (req/s) same-DC {rps(cap['same-dc-pd'])}; PDD {rps(cap['pdd'])}."),
+            _row("throughput_change", thr, f"capacity in req/s (bound by) same-DC {rps(cap['same-dc-pd'])}; PDD "
+                 f"{rps(cap['pdd'])}." + (f" The capacity search warns: {cap['pdd'][0]['requests']:,} requests are fewer "
+                                          f"than its min_requests {cap['pdd'][0].get('min_requests', 0):,}, so a capacity "
+                                          "may be overstated (use --requests or --full)." if short else "")),
             _row("bcr_change", bcr), _row("cost_per_token_change", cpt), _row("hardware_cost_change", cost)]
 
 
@@ -533,5 +537,8 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     from pddbench.report.tables import print_ledger
 
     print_ledger(rows)
+    console.print(f"[bold]operating point[/]: {context}", highlight=False)
+    for text in words.values():
+        console.print(f"[bold]map[/]: {text}", highlight=False)
     console.print(f"  reproduce took {wall} s wall, {cpu_seconds()} CPU s (load average {os.getloadavg()[0]:.1f})")
     return out

@@ -58,7 +58,8 @@ def claims_dotplot(rows: list[Row], path: Path) -> Path:
     return path
 
 
-def _cdf_with_marks(ax, values: np.ndarray, label: str, color) -> None:
+def _cdf_with_marks(ax, values: np.ndarray, label: str, color, index: int = 0) -> None:
+    """A CDF with p50/p90/p99 marked; the labels of the index-th series are staggered below."""
     x = np.sort(values)
     if not len(x):
         return
@@ -66,7 +67,8 @@ def _cdf_with_marks(ax, values: np.ndarray, label: str, color) -> None:
     for q, m in ((50, "o"), (90, "s"), (99, "^")):
         v = np.percentile(x, q)
         ax.plot(v, q, marker=m, color=color, ms=6)
-        ax.annotate(f"p{q} {v:.2f}", (v, q), textcoords="offset points", xytext=(4, -10), fontsize="x-small", color=color)
+        ax.annotate(f"p{q} {v:.2f}", (v, q), textcoords="offset points", xytext=(4, -10 - 9 * index),
+                    fontsize="x-small", color=color)
 
 
 def naive_cdf(folders: dict, op: dict, path: Path) -> Path:
@@ -76,8 +78,8 @@ def naive_cdf(folders: dict, op: dict, path: Path) -> Path:
     colors = plt.get_cmap("tab10").colors
     for ax, (title, names) in zip(axs, (("base load", ("same-dc-pd", "cross-dc-pd", "pdd")),
                                         ("regime load", ("regime-same-dc-pd", "regime-cross-dc-pd", "regime-pdd")))):
-        for c, n in zip(colors, names):
-            _cdf_with_marks(ax, _records(folders[n])["ttft_ms"].to_numpy() / 1000, n, c)
+        for i, (c, n) in enumerate(zip(colors, names)):
+            _cdf_with_marks(ax, _records(folders[n])["ttft_ms"].to_numpy() / 1000, n, c, i)
         s = _summary(folders[names[0]])
         ax.axvline(s["sla"]["ttft_ms"] / 1000, color="grey", ls="--", lw=1, label="TTFT SLA")
         ax.set_xscale("log")
@@ -97,12 +99,12 @@ def handoff_modes(folders: dict, load: str, path: Path) -> Path:
     fig, axs = plt.subplots(1, 3, figsize=(16, 4.5))
     colors = plt.get_cmap("tab10").colors
     names = ("pdd-one-shot", "pdd-catch-up", "pdd")
-    for c, n in zip(colors, names):
+    for i, (c, n) in enumerate(zip(colors, names)):
         r = _records(folders[n])
         label = "adaptive (pdd)" if n == "pdd" else n.removeprefix("pdd-")
-        _cdf_with_marks(axs[0], r["handoff_stall_ms"].dropna().to_numpy(), label, c)
+        _cdf_with_marks(axs[0], r["handoff_stall_ms"].dropna().to_numpy(), label, c, i)
         relayed = r[r["relay_busy_ms"].fillna(0) > 0]  # requests that held a relay decoder at all
-        _cdf_with_marks(axs[1], relayed["relay_busy_ms"].to_numpy() / 1000, label, c)
+        _cdf_with_marks(axs[1], relayed["relay_busy_ms"].to_numpy() / 1000, label, c, i)
         if "relay_tokens" in r.columns and "output_tokens" in r.columns:
             share = relayed["relay_tokens"].sum() / max(1, relayed["output_tokens"].sum())
             axs[2].bar(label, share * 100, color=c)

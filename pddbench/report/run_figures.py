@@ -40,14 +40,14 @@ def hit_rates_over_time(records: pd.DataFrame, window_s: float = 60.0) -> pd.Dat
 def ttft_cdf(runs: dict[str, pd.DataFrame], path: Path, sla_ms: float | None = None, title: str = "TTFT CDF") -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rec in runs.items():
+    for index, (label, rec) in enumerate(runs.items()):
         x = np.sort(rec.loc[~rec["failed"], "ttft_ms"].to_numpy())
         if len(x):
             line, = ax.plot(x / 1000, np.arange(1, len(x) + 1) / len(x) * 100, label=label)
             for q, marker in ((50, "o"), (90, "s"), (99, "^")):  # p50/p90/p99 marked and labelled
                 v = float(np.percentile(x, q)) / 1000
                 ax.plot(v, q, marker=marker, color=line.get_color(), ms=5)
-                ax.annotate(f"p{q} {v:.2f}s", (v, q), textcoords="offset points", xytext=(4, -9),
+                ax.annotate(f"p{q} {v:.2f}s", (v, q), textcoords="offset points", xytext=(4, -9 - 8 * index),
                             fontsize="x-small", color=line.get_color())
     plotted = bool(ax.lines)
     if sla_ms and plotted:
