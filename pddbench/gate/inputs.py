@@ -83,7 +83,7 @@ def load_input(path: Path) -> GateInput:
     if (path / "sweep.json").is_file() or (path / "points.parquet").is_file():
         from pddbench.gate.sweep_input import load_sweep
 
-        return load_sweep(path)
+        return GateInput("sweep", path, "sim", **load_sweep(path))
     if (path / "capacity.json").is_file():
         return _capacity(path / "capacity.json")
     if (path / "summary.json").is_file():

@@ -23,9 +23,8 @@ def _axes(meta: dict, columns: list[str]) -> list[str]:
     return found + (["repeat"] if "repeat" in columns else []) if found else (["point"] if "point" in columns else [])
 
 
-def load_sweep(path: Path):
-    from pddbench.gate.inputs import GateInput
-
+def load_sweep(path: Path) -> dict:
+    """The sweep's points as GateInput's keyword arguments (inputs.py builds the GateInput)."""
     if not (path / "points.parquet").is_file() or not (path / "sweep.json").is_file():
         raise UserError(f"{path}: a sweep folder needs both sweep.json and points.parquet "
                         "(`pddbench sweep` writes them; an unfinished sweep has no points.parquet yet)")
@@ -58,5 +57,4 @@ def load_sweep(path: Path):
         out[subject] = metrics
         ident[subject] = json.dumps({k: v for k, v in row.items() if k != "error"}, sort_keys=True, default=str)
     sweep = meta.get("sweep") if isinstance(meta.get("sweep"), dict) else {}
-    return GateInput("sweep", path, "sim", points=out, identity=ident, provenance=meta.get("provenance"),
-                     scenario=sweep.get("name"))
+    return {"points": out, "identity": ident, "provenance": meta.get("provenance"), "scenario": sweep.get("name")}
