@@ -100,6 +100,7 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.
                                     stdout=subprocess.DEVNULL, stderr=open(STATE_DIR / f"delayline-{direction}.log", "w"),
                                     start_new_session=True)
             (STATE_DIR / f"pid-{direction}").write_text(str(proc.pid))
+            _STARTED[direction] = proc
         if chosen != "kernel-netem":
             _wait_ready(ready_timeout_s)
         state = {"backend": chosen, "profile": profile.model_dump(mode="json"), "topology": topo.to_dict(),
@@ -118,7 +119,10 @@ def _wait_ready(timeout_s: float) -> None:
         path = STATE_DIR / f"ready-{direction}.json"
         while not path.exists():
             pid = int((STATE_DIR / f"pid-{direction}").read_text())
+            proc = _STARTED.get(direction)
             try:
+                if proc is not None and proc.pid == pid and proc.poll() is not None:
+                    raise ProcessLookupError  # exited (a zombie still answers kill 0)
                 os.kill(pid, 0)
             except ProcessLookupError:
                 time.sleep(0.2)  # let its last words reach the log

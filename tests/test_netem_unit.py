@@ -109,6 +109,13 @@ def test_nfqueue_messages():
     err = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
     with pytest.raises(OSError):
         parse_packet_ids(err)
+    # with the kernel's receive time (NFQA_TIMESTAMP: be64 seconds, be64 microseconds)
+    from netem.nfqueue import parse_packets
+
+    stamp = struct.pack("=HH", 20, 4) + struct.pack("!QQ", 1_700_000_000, 250_000)
+    body2 = body + stamp
+    pkt2 = struct.pack("=IHHII", 16 + len(body2), (3 << 8) | 0, 0, 0, 0) + body2
+    assert parse_packets(pkt2 + pkt) == [(1234, 1_700_000_000.25), (1234, None)]
 
 
 def test_shipped_profiles_load_and_bad_profile_is_clear(tmp_path):
@@ -174,3 +181,20 @@ def test_up_interrupted_midway_leaves_nothing(monkeypatch):
     import subprocess
 
     assert subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True).returncode == 1
+
+
+def test_rtt_check_rejects_a_wrong_delay():
+    """netem.calibrate.rtt_explained (test_netem_live's RTT check) cannot be met by a link with
+    the wrong delay, however late its lines say they were, nor by an excess that the lines' own
+    lateness does not explain."""
+    from netem import calibrate
+
+    def cal(p50, p99, late, valid=True):
+        return {"rtt_ms": {"p50": p50, "p99": p99}, "valid": valid, "probes": {"lost": 0},
+                "lateness_ms": {"per_direction": {"forward": {"p99": late}, "reverse": {"p99": late}}}}
+    assert calibrate.rtt_explained(cal(30.6, 32.0, 0.1), 30)
+    assert calibrate.rtt_explained(cal(30.9, 36.5, 2.0), 30)          # excess 6.5 <= 3 + 2 x 2.0
+    assert not calibrate.rtt_explained(cal(30.9, 36.5, 0.2), 30)      # excess not explained by the line
+    assert not calibrate.rtt_explained(cal(33.0, 34.0, 4.0), 30)      # p50 off: the delay is wrong
+    assert not calibrate.rtt_explained(cal(25.0, 26.0, 0.1), 30)
+    assert not calibrate.rtt_explained(cal(30.5, 31.0, 6.0, valid=False), 30)
