@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from netem.errors import InputError
+from netem.strict_yaml import StrictLoader
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -90,11 +91,13 @@ def load_profile(ref: str | Path) -> LinkProfile:
         names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
         raise InputError(str(ref), f"no such link profile (shipped: {names})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader) or {}  # noqa: S506 (a SafeLoader)
         data.setdefault("name", path.stem)
         return LinkProfile.model_validate(data)
     except yaml.YAMLError as exc:
-        raise InputError(str(path), f"is not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(str(path), f"is not valid YAML ({getattr(exc, 'problem', None) or exc})",
+                         line=mark.line + 1 if mark else None) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(str(path), err["msg"], field=".".join(map(str, err["loc"]))) from None

@@ -22,6 +22,7 @@ from typing import IO, Any, Iterator
 
 import yaml
 
+from netem.strict_yaml import StrictLoader  # one definition for scenarios, sweeps and link profiles
 from pddbench.errors import InputError
 
 MAX_DEPTH = 64  # nesting deeper than this is not a trace line or a scenario
@@ -180,26 +181,6 @@ def read_json(path: str | Path, what: str) -> Any:
 
 # -- YAML --------------------------------------------------------------------------------------
 
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (YAML says they are an error; PyYAML keeps
-    the last one silently)."""
-
-
-def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
-        except TypeError:  # an unhashable key: let the base constructor say so
-            break
-        seen[key] = True
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def load_yaml(text: str, path: str) -> Any:

@@ -198,3 +198,14 @@ def test_rtt_check_rejects_a_wrong_delay():
     assert not calibrate.rtt_explained(cal(33.0, 34.0, 4.0), 30)      # p50 off: the delay is wrong
     assert not calibrate.rtt_explained(cal(25.0, 26.0, 0.1), 30)
     assert not calibrate.rtt_explained(cal(30.5, 31.0, 6.0, valid=False), 30)
+
+
+def test_link_profile_with_a_duplicate_key_is_refused_in_one_line(tmp_path):
+    from netem.errors import InputError
+    from netem.profile import load_profile
+
+    path = tmp_path / "dup.yaml"
+    path.write_text("delay_ms: 5\nrate_gbps: 1\ndelay_ms: 6\n")
+    with pytest.raises(InputError) as exc:
+        load_profile(path)
+    assert "duplicate key 'delay_ms'" in str(exc.value) and ":3:" in str(exc.value) and "\n" not in str(exc.value)

@@ -1,0 +1,28 @@
+"""A YAML SafeLoader that refuses duplicate mapping keys, for scenarios, sweeps and link profiles
+alike (netem is the ground floor, so pddbench takes it from here)."""
+
+from __future__ import annotations
+
+import yaml
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (YAML says they are an error; PyYAML keeps
+    the last one silently)."""
+
+
+def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
+        except TypeError:  # an unhashable key: let the base constructor say so
+            break
+        seen[key] = True
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
