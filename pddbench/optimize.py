@@ -16,12 +16,11 @@ engine's executor (the same search as `pddbench capacity`, steady-state criterio
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Callable
 
 from pddbench.errors import UserError
 from pddbench.scenario import ROLES_OF_KIND, Scenario
-from pddbench.sweep.executors import Executor
+from pddbench.sweep.executors import Executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
 
 MAX_CANDIDATES = 500
@@ -113,13 +112,7 @@ def measure(scenarios: list[Scenario], executor: Executor, iterations: int) -> l
     for sc in scenarios:
         data, blobs = ship_scenario(sc, cache)
         payloads.append(make_payload({"kind": "capacity", "scenario": data, "iterations": iterations}, blobs))
-    out: list[dict | None] = [None] * len(payloads)
-    for i, text in executor.run(payloads):
-        res = json.loads(text)
-        if res["status"] != "ok":
-            raise RuntimeError(f"capacity of a candidate failed: {res['error']}")
-        out[i] = res["capacity"]
-    return out  # type: ignore[return-value]
+    return results_in_order(executor, payloads, "capacity", lambda _i: "capacity of a candidate")
 
 
 def _brief(cap: dict) -> dict:

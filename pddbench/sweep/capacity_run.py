@@ -9,7 +9,7 @@ from typing import Callable
 
 from pddbench.capacity import MIN_REQUESTS, ProbeMany, search_capacity
 from pddbench.scenario import Scenario
-from pddbench.sweep.executors import Executor, make_executor
+from pddbench.sweep.executors import Executor, make_executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
 
 
@@ -23,13 +23,7 @@ def executor_prober(sc: Scenario, executor: Executor) -> ProbeMany:
             trial = json.loads(json.dumps(data))
             trial["workload"]["rate_scale"] = scale
             payloads.append(make_payload({"kind": "simulate", "scenario": trial}, blobs))
-        out: list[dict | None] = [None] * len(scales)
-        for i, text in executor.run(payloads):
-            res = json.loads(text)
-            if res["status"] != "ok":
-                raise RuntimeError(f"capacity probe at rate_scale {scales[i]:g} failed: {res['error']}")
-            out[i] = res["summary"]
-        return out  # type: ignore[return-value]
+        return results_in_order(executor, payloads, "summary", lambda i: f"capacity probe at rate_scale {scales[i]:g}")
     return probe_many
 
 
