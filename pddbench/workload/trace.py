@@ -101,10 +101,12 @@ def load_trace(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> list[R
     path = Path(path)
     name = "<stdin>" if is_stdin(path) else str(path)
     requests: list[Request] = []
+    parents: dict[int, tuple[int | None, int]] = {}
     with open_text(path, "trace file", allow_stdin=True) as fh:
         for line_no, text in enumerate(fh, start=1):
             if text.strip():
                 requests.append(_next_request(text, name, line_no, block_size, requests))
+                _check_chained(requests[-1].hash_ids, parents, name, line_no)
     if not requests:
         raise InputError(name, "holds no requests")
     return requests
@@ -120,6 +122,20 @@ def _next_request(text: str, path: str, line_no: int, block_size: int, before: l
                          f"trace may span at most {MAX_SPAN_MS} ms (366 days): are timestamps milliseconds from "
                          "the trace's start?", line_no, "timestamp")
     return req
+
+
+def _check_chained(hash_ids, parents: dict, path: str, line_no: int) -> None:
+    """Block ids must be chained prefix hashes (as vLLM's and Mooncake's are): an id always follows
+    the same id. The prefix cache relies on it (a held block implies its whole prefix is held)."""
+    prev = None
+    for i, h in enumerate(hash_ids):
+        seen = parents.setdefault(h, (prev, line_no))
+        if seen[0] != prev:
+            raise InputError(path, f"block id {h} (hash_ids[{i}]) follows {prev} here but {seen[0]} on line "
+                             f"{seen[1]}: hash_ids must be chained prefix hashes, where an id stands for its "
+                             "block and every block before it (hash each block together with its parent's id)",
+                             line_no, "hash_ids")
+        prev = h
 
 
 MAX_SIMULATED_SPAN_MS = 10 * MAX_SPAN_MS  # what a rate_scale below 1 may stretch a trace to
