@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -134,20 +135,105 @@ class Roofline:
                 + self._comm_ms_per_token * seqs + self.cfg.decode_overhead_ms)
 
 
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active set; no scipy here). The
+    columns are scaled to unit norm first, so coefficients of very different sizes (a fixed ms, ms
+    per token, ms per attention pair) converge alike."""
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    a = a / scale
+    n = a.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, dtype=bool)
+    tol = 1e-10 * max(1.0, float(np.abs(a.T @ b).max(initial=0.0)))
+    for _ in range(3 * n + 10):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max() <= tol:
+            break
+        passive[np.flatnonzero(~passive)[np.argmax(w[~passive])]] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            gap = x[neg] - z[neg]
+            alpha = float(np.min(np.where(gap > 0, x[neg] / np.where(gap > 0, gap, 1.0), 0.0)))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-12
+            x[~passive] = 0.0
+    return x / scale
+
+
+def fit_prefill(rows: list[tuple[float, float, float]]) -> tuple[tuple[float, ...], tuple[float, ...],
+                                                                  tuple[float, ...], float]:
+    """The prefill step time as f(tokens) + c * attn_pairs, f piecewise linear in the step's new
+    tokens with a break at every measured size between the second smallest and the largest
+    (below the second smallest size f is one line, which extends to 0 tokens and sets the fixed
+    cost; past the largest the last slope continues). Fitted to the median of each measured shape
+    (tokens, attn_pairs), each weighted by 1 / its median, i.e. least relative error, with every
+    coefficient >= 0 (a fixed cost, slopes and c that never make a longer step cheaper).
+
+    Why: one line over 128..4096 tokens fitted by absolute error let the long prompts set the
+    intercept (204 ms on the AVX2 host) while the live traces' typical prefill computes ~22 new
+    tokens in 10-50 ms. Returns (breaks, f at each break, slope from each break, c); breaks[0] is 0."""
+    shapes: dict[tuple[float, float], list[float]] = {}
+    for t, pairs, ms in rows:
+        shapes.setdefault((t, pairs), []).append(ms)
+    pts = np.array([(t, pairs, float(np.median(v))) for (t, pairs), v in shapes.items()])
+    sizes = np.unique(pts[:, 0])
+    inner = [float(k) for k in sizes[1:-1]]   # breaks between segments
+    edges = [0.0] + inner
+    tok = pts[:, 0]
+    cols = [np.ones(len(pts))]
+    for i, lo in enumerate(edges):  # segment i's tokens: the part of `tokens` inside [edges[i], edges[i+1])
+        hi = edges[i + 1] if i + 1 < len(edges) else np.inf
+        cols.append(np.clip(tok - lo, 0.0, hi - lo))
+    cols.append(pts[:, 1])
+    design = np.column_stack(cols)
+    weight = 1.0 / np.maximum(pts[:, 2], 1e-3)
+    coef = _nnls(design * weight[:, None], pts[:, 2] * weight)
+    fixed, slopes, c = float(coef[0]), [float(v) for v in coef[1:-1]], float(coef[-1])
+    values = [fixed]
+    for i in range(1, len(edges)):
+        values.append(values[-1] + slopes[i - 1] * (edges[i] - edges[i - 1]))
+    return tuple(edges), tuple(values), tuple(slopes), c
+
+
 @dataclass(frozen=True)
 class Calibrated:
-    """Linear fits to measured steps: prefill = a + b*tokens + c*attn_pairs;
-    decode = a + b*(batch + extend) + c*kv_tokens."""
-    prefill_coef: tuple[float, float, float]
+    """Fits to measured steps. Prefill: f(tokens) + c * attn_pairs with f piecewise linear in the
+    step's new tokens (`fit_prefill`: breaks at the measured sizes, least relative error, every
+    coefficient >= 0); decode = a + b*(batch + extend) + c*kv_tokens (least squares).
+    `Calibrated.linear((a, b, c), decode_coef)`: prefill = a + b*tokens + c*attn_pairs."""
+    prefill_breaks: tuple[float, ...]      # token counts where f's slope changes; the first is 0
+    prefill_at_breaks: tuple[float, ...]   # f at each break (ms)
+    prefill_slopes: tuple[float, ...]      # ms per token from each break on
+    prefill_attn_ms: float                 # ms per attention pair
     decode_coef: tuple[float, float, float]
 
+    @classmethod
+    def linear(cls, prefill_coef: tuple[float, float, float], decode_coef: tuple[float, float, float]) -> "Calibrated":
+        a, b, c = prefill_coef
+        return cls((0.0,), (a,), (b,), c, decode_coef)
+
     def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
-        a, b, c = self.prefill_coef
-        return max(0.01, a + b * tokens + c * attn_pairs)
+        i = bisect_right(self.prefill_breaks, tokens) - 1
+        if i < 0:
+            i = 0
+        ms = (self.prefill_at_breaks[i] + self.prefill_slopes[i] * (tokens - self.prefill_breaks[i])
+              + self.prefill_attn_ms * attn_pairs)
+        return ms if ms > 0.01 else 0.01
 
     def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
         a, b, c = self.decode_coef
         return max(0.01, a + b * (batch + extend_tokens) + c * kv_tokens)
+
+    def describe(self) -> dict:
+        """The fitted prefill curve and decode line, for a report."""
+        return {"prefill": {"breaks_tokens": list(self.prefill_breaks), "ms_at_breaks": list(self.prefill_at_breaks),
+                            "ms_per_token": list(self.prefill_slopes), "ms_per_attn_pair": self.prefill_attn_ms},
+                "decode": dict(zip(("ms", "ms_per_seq", "ms_per_kv_token"), self.decode_coef))}
 
     @classmethod
     def fit_csv(cls, path: str | Path) -> "Calibrated":
@@ -172,12 +258,10 @@ class Calibrated:
                 if not all(math.isfinite(v) for v in (x1, x2, step)):
                     raise InputError(str(path), "holds a NaN or infinite number", line)
                 rows[phase].append((x1, x2, step))
-        coefs = []
         for phase in ("prefill", "decode"):
             if len(rows[phase]) < 3:
                 raise InputError(str(path), f"needs at least 3 '{phase}' rows to fit, has {len(rows[phase])}")
-            arr = np.array(rows[phase])
-            design = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
-            coef, *_ = np.linalg.lstsq(design, arr[:, 2], rcond=None)
-            coefs.append(tuple(float(c) for c in coef))
-        return cls(coefs[0], coefs[1])
+        arr = np.array(rows["decode"])
+        design = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
+        coef, *_ = np.linalg.lstsq(design, arr[:, 2], rcond=None)
+        return cls(*fit_prefill(rows["prefill"]), tuple(float(c) for c in coef))
