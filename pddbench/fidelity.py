@@ -146,7 +146,7 @@ def live_runs(live_dir: Path) -> list[Path]:
 
 def compare_run(live_dir: Path, twin: Path | None):
     """One live run and its twin on the same requests: (live records, sim records, fitted link,
-    twin path), completed requests only."""
+    twin path, the fitted step-time model), completed requests only."""
     from pddbench.runner import simulate_summary
     from pddbench.scenario import load_scenario
 
@@ -165,6 +165,9 @@ def compare_run(live_dir: Path, twin: Path | None):
     twin = twin or default_twin(live_kind)
     reqs, live = live_arrival_requests(live_dir, live_sc.workload.block_size)
     overrides = [f"latency.calibration_csv={calib.resolve()}"]
+    from pddbench.sim.latency import Calibrated
+
+    engine = Calibrated.fit_csv(calib)  # what the twin's latency model will be, for the report
     link = None
     xfer = live_dir / "kv_transfer_calibration.csv"
     if xfer.is_file() and live_kind in LINK_OF:
@@ -175,7 +178,13 @@ def compare_run(live_dir: Path, twin: Path | None):
         from pddbench.live.engine_calibration import fit_link
         from pddbench.loading import read_number_table
 
-        link = fit_link(read_number_table(xfer, "transfer calibration table"))
+        xfer_rows = read_number_table(xfer, "transfer calibration table")
+        link = fit_link(xfer_rows)
+        # Each measured transfer ends with D's one-token step (D computes the prompt's last token
+        # and answers), which the twin adds itself after the link: the link keeps the rest.
+        step = engine.decode_ms(1, min(r["tokens"] for r in xfer_rows))
+        link = {**link, "measured_delay_ms": link["delay_ms"], "decode_step_subtracted_ms": round(step, 3),
+                "delay_ms": round(max(0.0, link["delay_ms"] - step), 3)}
         rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
         overrides.append(f"{LINK_OF[live_kind]}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}")
     elif live_kind in NEEDS_TRANSFER:
@@ -187,7 +196,7 @@ def compare_run(live_dir: Path, twin: Path | None):
         raise UserError(f"{live_dir} is a live {live_kind} run but the twin {twin} simulates {twin_kind}: "
                         "pass --twin with a simulated scenario of the same deployment")
     sim, _ = simulate_summary(sc, reqs=reqs)
-    return live[~live["failed"]], sim[~sim["failed"]], link, twin
+    return live[~live["failed"]], sim[~sim["failed"]], link, twin, engine.describe()
 
 
 def paired_values(live, sim, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -262,6 +271,7 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
               "requests_live": int(len(live_ok)), "requests_sim": int(len(sim_ok)),
               "requests_paired": int(sum(len(g[0]) for g in ttft_groups)),
               "kv_link_fitted": compared[0][2] if len(runs) == 1 else [c[2] for c in compared],
+              "engine_fit": compared[0][4] if len(runs) == 1 else [c[4] for c in compared],
               "confidence": confidence, "bootstrap": {"resamples": n_boot, "over": "repeats, then requests"
                                                      if len(runs) > 1 else "requests", "paired": True},
               "ttft": rows, "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),

@@ -195,7 +195,12 @@ def test_pdd_twin_compares_the_request_mix(tmp_path):
         f"{n},{n * 2048},{100 + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096)))
     res = fidelity(run, None, run / "fid", n_boot=100)
     assert res["twin_scenario"].endswith("sim-twin-pdd.yaml") and res["tpot"]
-    assert abs(res["kv_link_fitted"]["delay_ms"] - 100) < 1e-6
+    link = res["kv_link_fitted"]
+    assert abs(link["measured_delay_ms"] - 100) < 1e-6
+    # the twin's link keeps the transfer without D's one-token step, which the twin simulates itself
+    assert 0 < link["decode_step_subtracted_ms"] < 100
+    assert link["delay_ms"] == pytest.approx(100 - link["decode_step_subtracted_ms"], abs=1e-3)
+    assert res["engine_fit"]["prefill"]["breaks_tokens"][0] == 0
     for side in ("live", "sim"):
         mix = res["mix"][side]
         assert set(mix["pipelines"]) <= {"p_md", "p_rld_md", "p_rld"} and sum(mix["pipelines"].values()) == 60

@@ -3,9 +3,17 @@
 against batch size and context on D. Rows use the CSV columns the model fits:
 phase,tokens,attn_pairs,batch,kv_tokens,step_ms.
 
-Prefill: uncached prompts with max_tokens 1, time to the response (so the HTTP hop is included, as
-it is in every live TTFT). Decode: `batch` concurrent streams; the step time is the median gap
-between tokens once all have started."""
+Prefill: prompts with max_tokens 1, time to the response (so the HTTP hop is included, as it is in
+every live TTFT). The shapes are those the live traces have: most agentic requests compute a few
+dozen new tokens over a cached context (the trace's median is ~22 new tokens over ~1,500 cached),
+a few compute thousands. So besides uncached prompts from 16 to 4096 tokens, small extends (16 to
+256 new tokens) over a cached context of 512 to 4096 tokens: one uncached 4096-token prompt warms
+P's prefix cache, and each extend reuses its first `cached` tokens (a multiple of vLLM's 128-token
+block, so they hit) with fresh tokens after them. Each row's `cached_tokens` says which; its
+attn_pairs = tokens * (cached + tokens / 2), as the simulator counts a step. The reps go round
+the shapes (rep r of every shape, then rep r + 1), so a burst of load from other work on the host
+spreads over the shapes instead of falling on one. Decode: `batch` concurrent streams; the step
+time is the median gap between tokens once all have started."""
 
 from __future__ import annotations
 
@@ -17,15 +25,23 @@ import aiohttp
 
 from pddbench.live.sse import DONE, SSEParser
 
-PREFILL_TOKENS = (128, 512, 1024, 2048, 4096)
+# uncached prompt lengths: many small ones (the trace's typical extend) up to the longest the live traces have
+PREFILL_TOKENS = (16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096, 6144)
+# (new tokens, cached tokens before them): extends over a context in P's prefix cache
+EXTEND_SHAPES = ((16, 512), (16, 1536), (16, 4096), (32, 1536), (64, 1536), (64, 4096), (256, 4096))
+WARM_TOKENS = 4096  # the cached context every extend reuses a prefix of (>= every EXTEND_SHAPES cached)
 # (batch, context tokens per sequence): batch and KV size vary independently for the fit
 DECODE_SHAPES = ((1, 512), (2, 512), (4, 512), (8, 512), (1, 3072), (4, 3072))
 DECODE_TOKENS = 24
 
 
 def _prompt(seed: int, n: int, lo: int, hi: int) -> list[int]:
-    # distinct per seed and position, so nothing hits the prefix cache
-    return [lo + (seed * 7919 + i * 104729 + (i * i) % 9973) % (hi - lo) for i in range(n)]
+    """Random tokens, distinct per seed, so nothing hits the prefix cache. (The former formula,
+    lo + (seed * 7919 + ...) % (hi - lo), repeated itself every 1008 seeds: the 4096-token
+    prefill's prompt began with the 128-token transfer probe's.)"""
+    import numpy as np
+
+    return [int(t) for t in np.random.default_rng(seed).integers(lo, hi, n)]
 
 
 async def _prefill_ms(session, url: str, model: str, prompt: list[int]) -> float:
@@ -51,15 +67,26 @@ async def _stream_times(session, url: str, model: str, prompt: list[int], n: int
     return times
 
 
+def _prefill_row(new: int, cached: int, ms: float) -> dict:
+    return {"phase": "prefill", "tokens": new, "attn_pairs": new * (cached + new / 2), "batch": "", "kv_tokens": "",
+            "step_ms": round(ms, 3), "cached_tokens": cached}
+
+
 async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab: tuple[int, int] = (16, 1024),
                   reps: int = 3, seed: int = 10_000) -> list[dict]:
     rows = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
-        for n in PREFILL_TOKENS:
-            for r in range(reps):
+        # the context the extends hit: its prefill is one more uncached WARM_TOKENS point
+        context = _prompt(seed - 1, WARM_TOKENS, *vocab)
+        rows.append(_prefill_row(WARM_TOKENS, 0, await _prefill_ms(session, prefill_url, model, context)))
+        for r in range(reps):
+            for n in PREFILL_TOKENS:
                 ms = await _prefill_ms(session, prefill_url, model, _prompt(seed + n * 10 + r, n, *vocab))
-                rows.append({"phase": "prefill", "tokens": n, "attn_pairs": n * n / 2, "batch": "", "kv_tokens": "",
-                             "step_ms": round(ms, 3)})
+                rows.append(_prefill_row(n, 0, ms))
+            for n, cached in EXTEND_SHAPES:
+                fresh = _prompt(seed + 20_000 + cached * 10 + n * 100 + r, n, *vocab)
+                ms = await _prefill_ms(session, prefill_url, model, context[:cached] + fresh)
+                rows.append(_prefill_row(n, cached, ms))
         for b, ctx in DECODE_SHAPES:
             streams = await asyncio.gather(*(
                 _stream_times(session, decode_url, model, _prompt(seed + 50_000 + ctx + b * 100 + i, ctx, *vocab),
@@ -69,7 +96,7 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
             if gaps:
                 rows.append({"phase": "decode", "tokens": "", "attn_pairs": "", "batch": b,
                              "kv_tokens": b * (ctx + DECODE_TOKENS // 2),
-                             "step_ms": round(statistics.median(gaps), 3)})
+                             "step_ms": round(statistics.median(gaps), 3), "cached_tokens": ""})
     return rows
 
 
@@ -118,7 +145,7 @@ def fit_link(rows: list[dict]) -> dict:
 
 
 def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
-    cols = cols or ["phase", "tokens", "attn_pairs", "batch", "kv_tokens", "step_ms"]
+    cols = cols or ["phase", "tokens", "attn_pairs", "batch", "kv_tokens", "step_ms", "cached_tokens"]
     return "\n".join([",".join(cols)] + [",".join(str(r[c]) for c in cols) for r in rows]) + "\n"
 
 
