@@ -4,7 +4,8 @@ against batch size and context on D. Rows use the CSV columns the model fits:
 phase,tokens,attn_pairs,batch,kv_tokens,step_ms.
 
 Prefill: prompts with max_tokens 1, time to the response (so the HTTP hop is included, as it is in
-every live TTFT). The shapes are those the live traces have: most agentic requests compute a few
+every live TTFT); with a separate decoder, asked as the PD front asks P (do_remote_decode: P keeps
+the KV for D), and 16/64-token prefills timed both ways into prefill_body_check.csv. The shapes are those the live traces have: most agentic requests compute a few
 dozen new tokens over a cached context (the trace's median is ~22 new tokens over ~1,500 cached),
 a few compute thousands. So besides uncached prompts from 16 to 4096 tokens, small extends (16 to
 256 new tokens) over a cached context of 512 to 4096 tokens: one uncached 4096-token prompt warms
@@ -13,7 +14,9 @@ block, so they hit) with fresh tokens after them. Each row's `cached_tokens` say
 attn_pairs = tokens * (cached + tokens / 2), as the simulator counts a step. The reps go round
 the shapes (rep r of every shape, then rep r + 1), so a burst of load from other work on the host
 spreads over the shapes instead of falling on one. Decode: `batch` concurrent streams; the step
-time is the median gap between tokens once all have started."""
+time is the mean gap between tokens once all have started, as TPOT averages a request's gaps (the
+median, used before, left out the stalls a host shared with other work puts into every live TPOT:
+on the 2-core AVX2 host under a load average of ~5, live TPOT p50 42 ms against a 22 ms twin)."""
 
 from __future__ import annotations
 
@@ -44,10 +47,15 @@ def _prompt(seed: int, n: int, lo: int, hi: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(lo, hi, n)]
 
 
-async def _prefill_ms(session, url: str, model: str, prompt: list[int]) -> float:
+async def _prefill_ms(session, url: str, model: str, prompt: list[int], remote_decode: bool = False) -> float:
+    """One prefill, timed to P's answer. `remote_decode`: asked as the PD front asks P (P keeps the
+    KV for a decoder that will pull it), the request live P serves."""
+    from pddbench.live.kv_requests import remote_decode_prefill_body
+
+    body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
     t0 = time.monotonic()
-    async with session.post(url + "/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 1,
-                                                           "temperature": 0.0}) as resp:
+    async with session.post(url + "/v1/completions",
+                            json=remote_decode_prefill_body(body) if remote_decode else body) as resp:
         await resp.read()
         resp.raise_for_status()
     return (time.monotonic() - t0) * 1000
@@ -72,21 +80,35 @@ def _prefill_row(new: int, cached: int, ms: float) -> dict:
             "step_ms": round(ms, 3), "cached_tokens": cached}
 
 
+BODY_CHECK_TOKENS = (16, 64)  # prefills timed both ways (PD body and plain), to see what the PD body costs P
+
+
 async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab: tuple[int, int] = (16, 1024),
-                  reps: int = 3, seed: int = 10_000) -> list[dict]:
+                  reps: int = 3, seed: int = 10_000, remote_decode: bool = False,
+                  body_check: list[dict] | None = None) -> list[dict]:
+    """Step-time rows. `remote_decode`: P's prefills are asked as the PD front asks them (P keeps
+    the KV for a remote decoder); `body_check`, when given, gets rows timing BODY_CHECK_TOKENS
+    both ways (body: pd | plain)."""
     rows = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def prefill(prompt: list[int]) -> float:
+            return await _prefill_ms(session, prefill_url, model, prompt, remote_decode)
+
         # the context the extends hit: its prefill is one more uncached WARM_TOKENS point
         context = _prompt(seed - 1, WARM_TOKENS, *vocab)
-        rows.append(_prefill_row(WARM_TOKENS, 0, await _prefill_ms(session, prefill_url, model, context)))
+        rows.append(_prefill_row(WARM_TOKENS, 0, await prefill(context)))
         for r in range(reps):
             for n in PREFILL_TOKENS:
-                ms = await _prefill_ms(session, prefill_url, model, _prompt(seed + n * 10 + r, n, *vocab))
-                rows.append(_prefill_row(n, 0, ms))
+                rows.append(_prefill_row(n, 0, await prefill(_prompt(seed + n * 10 + r, n, *vocab))))
             for n, cached in EXTEND_SHAPES:
                 fresh = _prompt(seed + 20_000 + cached * 10 + n * 100 + r, n, *vocab)
-                ms = await _prefill_ms(session, prefill_url, model, context[:cached] + fresh)
-                rows.append(_prefill_row(n, cached, ms))
+                rows.append(_prefill_row(n, cached, await prefill(context[:cached] + fresh)))
+            if body_check is not None:
+                for n in BODY_CHECK_TOKENS:
+                    for k, pd_body in enumerate((True, False)):
+                        prompt = _prompt(seed + 30_000 + n * 10 + r * 2 + k, n, *vocab)
+                        ms = await _prefill_ms(session, prefill_url, model, prompt, pd_body)
+                        body_check.append({"body": "pd" if pd_body else "plain", "tokens": n, "step_ms": round(ms, 3)})
         for b, ctx in DECODE_SHAPES:
             streams = await asyncio.gather(*(
                 _stream_times(session, decode_url, model, _prompt(seed + 50_000 + ctx + b * 100 + i, ctx, *vocab),
@@ -96,7 +118,7 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
             if gaps:
                 rows.append({"phase": "decode", "tokens": "", "attn_pairs": "", "batch": b,
                              "kv_tokens": b * (ctx + DECODE_TOKENS // 2),
-                             "step_ms": round(statistics.median(gaps), 3), "cached_tokens": ""})
+                             "step_ms": round(statistics.fmean(gaps), 3), "cached_tokens": ""})
     return rows
 
 
@@ -150,10 +172,12 @@ def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
 
 
 async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int, vocab: tuple[int, int]):
-    steps = await measure(prefill_url, decode_url, vocab=vocab)
+    # with a separate decoder, P is timed on the requests the PD front sends it (KV kept for D)
+    check: list[dict] | None = [] if kv_bytes_per_token else None
+    steps = await measure(prefill_url, decode_url, vocab=vocab, remote_decode=bool(kv_bytes_per_token), body_check=check)
     xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
         if kv_bytes_per_token else None
-    return steps, xfer
+    return steps, xfer, check
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,8 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
     p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
     a = p.parse_args(argv)
-    steps, xfer = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
+    steps, xfer, check = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
+    if check:
+        write_text(Path(a.out) / "prefill_body_check.csv", to_csv(check, ["body", "tokens", "step_ms"]))
     if xfer is not None:
         write_text(Path(a.out) / "kv_transfer_calibration.csv", to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
 
