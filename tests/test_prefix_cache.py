@@ -72,4 +72,4 @@ def test_a_trace_whose_ids_are_not_chained_is_refused_with_its_line(tmp_path):
     with pytest.raises(InputError) as err:
         load_trace(path)
     text = str(err.value)
-    assert ":2:" in text and "hash_ids" in text and "line 1" in text
+    assert ":2:" in text and "hash_ids" in text and "request 1" in text

@@ -101,12 +101,12 @@ def load_trace(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> list[R
     path = Path(path)
     name = "<stdin>" if is_stdin(path) else str(path)
     requests: list[Request] = []
-    parents: dict[int, tuple[int | None, int]] = {}
+    parents: dict[int, int | None] = {}
     with open_text(path, "trace file", allow_stdin=True) as fh:
         for line_no, text in enumerate(fh, start=1):
             if text.strip():
                 requests.append(_next_request(text, name, line_no, block_size, requests))
-                _check_chained(requests[-1].hash_ids, parents, name, line_no)
+                _check_chained(requests, parents, name, line_no)
     if not requests:
         raise InputError(name, "holds no requests")
     return requests
@@ -124,18 +124,21 @@ def _next_request(text: str, path: str, line_no: int, block_size: int, before: l
     return req
 
 
-def _check_chained(hash_ids, parents: dict, path: str, line_no: int) -> None:
+def _check_chained(requests: list[Request], parents: dict, path: str, line_no: int) -> None:
     """Block ids must be chained prefix hashes (as vLLM's and Mooncake's are): an id always follows
-    the same id. The prefix cache relies on it (a held block implies its whole prefix is held)."""
-    prev = None
-    for i, h in enumerate(hash_ids):
-        seen = parents.setdefault(h, (prev, line_no))
-        if seen[0] != prev:
-            raise InputError(path, f"block id {h} (hash_ids[{i}]) follows {prev} here but {seen[0]} on line "
-                             f"{seen[1]}: hash_ids must be chained prefix hashes, where an id stands for its "
-                             "block and every block before it (hash each block together with its parent's id)",
-                             line_no, "hash_ids")
-        prev = h
+    the same id. The prefix cache relies on it (a held block implies its whole prefix is held).
+    `parents`: id -> the id before it, filled here from the last request."""
+    hash_ids = requests[-1].hash_ids
+    prevs = [None, *hash_ids[:-1]]
+    firsts = list(map(parents.setdefault, hash_ids, prevs))  # in C: the common case is all equal
+    if firsts == prevs:
+        return
+    i = next(i for i, (a, b) in enumerate(zip(firsts, prevs)) if a != b)
+    h = hash_ids[i]
+    earlier = next(n for n, r in enumerate(requests, start=1) if h in r.hash_ids)  # requests, not lines
+    raise InputError(path, f"block id {h} (hash_ids[{i}]) follows {prevs[i]} here but {firsts[i]} in request "
+                     f"{earlier} of the file: hash_ids must be chained prefix hashes, where an id stands for its "
+                     "block and every block before it (hash each block with its parent's id)", line_no, "hash_ids")
 
 
 MAX_SIMULATED_SPAN_MS = 10 * MAX_SPAN_MS  # what a rate_scale below 1 may stretch a trace to
