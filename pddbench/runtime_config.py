@@ -56,6 +56,9 @@ class LiveConfig(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     calibrate_probes: int = Field(100, ge=10)
     min_relay_tokens: int = Field(0, ge=0, description="pdd: hold each handoff until the relay has produced this many tokens")
+    front_added_delay_ms: float = Field(0.0, ge=0, le=60000, description=(
+        "an injected regression: the PD proxy / PDD router holds every request this long before serving it "
+        "(to check that the nightly gate fails on a real slowdown; 0 in every shipped scenario)"))
     calibrate_engine: bool = Field(False, description="after the replay, measure P's prefill and D's decode step "
                                    "times into engine_calibration.csv, and the P -> D KV transfer into "
                                    "kv_transfer_calibration.csv (colocated / same_dc_pd / cross_dc_pd), "

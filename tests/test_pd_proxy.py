@@ -144,3 +144,35 @@ def test_post_tries_again_once_when_the_engine_closed_the_connection():
     assert asyncio.run(go(1)) == ({"ok": True}, 2)
     with pytest.raises(aiohttp.ServerDisconnectedError):
         asyncio.run(go(2))
+
+
+def test_an_injected_front_delay_holds_completions_and_nothing_else():
+    """live.front_added_delay_ms (the nightly gate's injected regression) reaches the proxy's app:
+    a completion waits at least that long; /health does not."""
+    from pddbench.live.injected_delay import add_delay
+
+    async def ok(_request):
+        return web.json_response({"ok": True})
+
+    async def go():
+        app = web.Application()
+        add_delay(app, 300.0)
+        app.router.add_post("/v1/completions", ok)
+        app.router.add_get("/health", ok)
+        run, url = await _serve(app)
+        loop = asyncio.get_running_loop()
+        try:
+            async with aiohttp.ClientSession() as s:
+                t0 = loop.time()
+                async with s.post(url + "/v1/completions", json={}) as resp:
+                    assert resp.status == 200
+                held = loop.time() - t0
+                async with s.get(url + "/health") as resp:
+                    assert resp.status == 200
+        finally:
+            await run.cleanup()
+        return held
+
+    assert asyncio.run(go()) >= 0.3  # a lower bound: sleep never returns early
+    assert len(make_app(["http://p"], ["http://d"], added_delay_ms=300.0).middlewares) == 1
+    assert len(make_app(["http://p"], ["http://d"]).middlewares) == 0

@@ -123,6 +123,8 @@ def request_front(sc, placement: Placement, specs: list[EngineSpec], model_dir: 
         yield specs[0].url
         return
     module, args, log_name = FRONTS[placement.front](sc, specs, model_dir, run_dir)
+    if sc.live.front_added_delay_ms:
+        args = [*args, "--added-delay-ms", str(sc.live.front_added_delay_ms)]
     with running_front(module, args, placement.client_host, sc.live.port_base, placement.client_netns,
                        logs / log_name) as url:
         yield url

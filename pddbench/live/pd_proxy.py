@@ -19,6 +19,7 @@ import time
 import aiohttp
 from aiohttp import web
 
+from pddbench.live.injected_delay import add_delay
 from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 from pddbench.live.upstream import engine_session, post
 
@@ -105,8 +106,10 @@ async def _session(app: web.Application):
     await app[UPSTREAMS].session.close()
 
 
-def make_app(prefill: list[str], decode: list[str], warm_up_model: str | None = None) -> web.Application:
+def make_app(prefill: list[str], decode: list[str], warm_up_model: str | None = None,
+             added_delay_ms: float = 0.0) -> web.Application:
     app = web.Application()
+    add_delay(app, added_delay_ms)
     app[UPSTREAMS] = Upstreams(prefill, decode, warm_up_model)
     app.cleanup_ctx.append(_session)
     app.router.add_post("/v1/completions", completions)
@@ -126,8 +129,9 @@ def main() -> None:
     p.add_argument("--prefill", action="append", required=True, help="P base URL (repeatable)")
     p.add_argument("--decode", action="append", required=True, help="D base URL (repeatable)")
     p.add_argument("--warm-up-model", default=None, help="served model name: warm each P -> D pair before listening")
+    p.add_argument("--added-delay-ms", type=float, default=0.0, help="injected regression: hold each request this long")
     a = p.parse_args()
-    web.run_app(make_app(a.prefill, a.decode, a.warm_up_model), host=a.host, port=a.port, print=None, access_log=None)
+    web.run_app(make_app(a.prefill, a.decode, a.warm_up_model, a.added_delay_ms), host=a.host, port=a.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

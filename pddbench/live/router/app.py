@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from pddbench.cache.prefix_cache import PrefixCache
+from pddbench.live.injected_delay import add_delay
 from pddbench.live.router.config import RouterConfig, Trip
 from pddbench.live.router.flow import Router
 from pddbench.live.router.stream import UpstreamError
@@ -137,8 +138,9 @@ async def health(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(cfg: RouterConfig, warm_model: str | None = None) -> web.Application:
+def make_app(cfg: RouterConfig, warm_model: str | None = None, added_delay_ms: float = 0.0) -> web.Application:
     app = web.Application()
+    add_delay(app, added_delay_ms)
     router = Router(cfg)
     app[ROUTER] = router
 
@@ -166,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--config", required=True, help="RouterConfig as JSON (RouterConfig.model_dump_json)")
     p.add_argument("--warm-up-model", default=None, help="served model name: warm both KV paths before listening")
+    p.add_argument("--added-delay-ms", type=float, default=0.0, help="injected regression: hold each request this long")
     a = p.parse_args(argv)
-    app = make_app(RouterConfig.model_validate_json(a.config), warm_model=a.warm_up_model)
+    app = make_app(RouterConfig.model_validate_json(a.config), warm_model=a.warm_up_model,
+                   added_delay_ms=a.added_delay_ms)
     web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
