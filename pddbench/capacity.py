@@ -186,3 +186,9 @@ def check_capacity_workload(sc: Scenario, where: str) -> None:
     if reqs[-1].timestamp_ms == reqs[0].timestamp_ms:
         raise UserError(f"{where}: all {len(reqs)} requests arrive at the same moment (the workload spans zero "
                         "time), so scaling the arrival rate changes nothing; capacity needs arrivals spread in time")
+
+
+def rate_scale_for(load_rps: float, offered_rps: float, rate_scale: float = 1.0) -> float:
+    """The rate scale at which a trace offered `offered_rps` at `rate_scale` is offered `load_rps`
+    (the rate scale only divides arrival times, so offered rate / rate scale is the trace's own)."""
+    return load_rps * rate_scale / offered_rps

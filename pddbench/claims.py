@@ -18,8 +18,16 @@ INF = float("inf")
 LOWER = (-100.0, 0.0)   # a relative change in %, direction only: lower
 HIGHER = (0.0, INF)     # direction only: higher
 
-_REGIME = "the regime scenarios (scenarios/paper/regime-*.yaml: load and prompt sizes stated there and in the context line)"
+_REGIME = ("the regime scenarios (scenarios/paper/regime-*.yaml, 1,500 requests) at the regime load reproduce chose "
+           "from measured capacities (pddbench/regime.py: 0.9 x the smaller of same-DC and cross-DC PD's capacity "
+           "within a 30 s P90 TTFT service bound); load and prompt sizes in the context line")
 _BASE = "scenarios/paper (assumed model, chips, SLA, load: see base.yaml)"
+_BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found by "
+         "`pddbench optimize` on seed 0 and measured on every seed (pddbench/best_vs_best.py)")
+_CONTROL = ("PDD's best split with its prefill pool replaced by same-DC PD's best (equal prefill chips; relay and MD "
+            "as PDD's best, so its chip A count may differ from 43) vs same-DC PD's best (pddbench/best_vs_best.py)")
+_COMMON = ("both best splits on the same request stream at common offered loads from 0.1 to 0.9 x the smaller of "
+           "their capacities (pddbench/common_load.py); the article does not say at which load its TTFT was measured")
 
 CLAIMS: list[Claim] = [
     # -- the workload: hit-rate skew
@@ -47,6 +55,18 @@ CLAIMS: list[Claim] = [
     Claim("ttft_change_regime", "TTFT, PDD vs same-DC PD (mean), regime load", -51.5, "%", "change", 10.0, _REGIME),
     Claim("throughput_change", "throughput within SLA (req/s), PDD vs same-DC PD", 27.8, "%", "change", 10.0,
           _BASE + "; SLA P90 TTFT/TPOT bounds; capacity search on the same request stream"),
+    Claim("ttft_change_best", "TTFT, PDD vs same-DC PD (mean), best split vs best split at base load", -51.5, "%",
+          "change", 10.0, _BEST + "; base load"),
+    Claim("throughput_change_best", "throughput within SLA (req/s), best split vs best split", 27.8, "%", "change",
+          10.0, _BEST + "; SLA P90 TTFT/TPOT bounds, steady-state capacity search"),
+    Claim("ttft_change_equal_prefill", "TTFT, PDD with the baseline's prefill chips vs same-DC PD's best (mean, "
+          "control)", -51.5, "%", "change", 10.0, _CONTROL + "; base load"),
+    Claim("throughput_change_equal_prefill", "throughput within SLA, PDD with the baseline's prefill chips vs "
+          "same-DC PD's best (control)", 27.8, "%", "change", 10.0, _CONTROL),
+    Claim("ttft_change_common_light", "TTFT, PDD vs same-DC PD (mean), best splits at the lightest common load",
+          -51.5, "%", "change", 10.0, _COMMON + "; lightest load: 0.1 x the smaller capacity"),
+    Claim("ttft_change_common_heavy", "TTFT, PDD vs same-DC PD (mean), best splits at 0.9 x the smaller capacity",
+          -51.5, "%", "change", 10.0, _COMMON + "; heaviest load: 0.9 x the smaller capacity"),
     Claim("bcr_change", "BCR (throughput within SLA / hardware cost), up to", 37.5, "%", "change", 10.0,
           "throughput change and the assumed chip prices (B = 1.26 x A)"),
     Claim("cost_per_token_change", "cost per token (hardware cost / throughput within SLA)", -37.5, "%", "change",

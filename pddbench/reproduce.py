@@ -3,216 +3,61 @@ deployments in the simulator over several seeds, compare them, search their capa
 bathtub and the sensitivity map, and put every figure of the article beside its simulated value
 (the ledger: reproduce.json, report.md, report.html). Everything lands in one new run folder.
 
-The claims are defined in pddbench/claims.py; each `measure_*` function below turns the runs'
+Beside the article's figures it compares each deployment's best split at an equal chip budget,
+the equal-prefill control and both best splits at common loads (pddbench/best_vs_best.py,
+pddbench/common_load.py), and runs the naive cross-DC regime at a load chosen from measured
+capacities (pddbench/regime.py).
+
+The simulations and their stages are pddbench/reproduce_tasks.py's. The claims are defined in
+pddbench/claims.py; each `measure_*` function below turns the runs'
 summaries into ledger rows for one group of claims (one value per seed)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
-from pddbench.claims import BY_ID, CLAIMS
+from pddbench import best_vs_best as bvb
+from pddbench import common_load
+from pddbench.claim_rows import change as _chg
+from pddbench.claim_rows import row as _row
+from pddbench.claims import CLAIMS
 from pddbench.io import new_run_dir, write_json, write_text
 from pddbench.ledger import Row
-from pddbench.shipped import MOONCAKE_TRACE, SCENARIOS
+from pddbench.reproduce_tasks import (COMMON, HIT_MIX_NAMES, MAP_FULL, MAP_LIGHT, PAPER, PDD_ONLY_AXES, REQUESTS_ENV,
+                                      SEARCHED, VARIANTS, Settings, Simulated, cpu_seconds, simulate_all)
+from pddbench.shipped import MOONCAKE_TRACE
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
 
-PAPER = SCENARIOS / "paper"
 console = Console(stderr=True)
-REQUESTS_ENV = "PDDBENCH_REPRODUCE_REQUESTS"  # a tiny request count for tests (as --requests)
-
-# Scenario variants simulated on every seed: name -> (paper file, extra overrides).
-VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "same-dc-pd": ("same-dc-pd", []), "cross-dc-pd": ("cross-dc-pd", []), "pdd": ("pdd", []),
-    "pdd-no-drc": ("pdd", ["name=pdd-no-drc", "deployment.main.prefix_cache=false"]),
-    "pdd-one-shot": ("pdd-one-shot", []), "pdd-catch-up": ("pdd-catch-up", []),
-    "pdd-relay-only-ablation": ("pdd-relay-only-ablation", []),
-    "pdd-no-singular-filter": ("pdd-no-singular-filter", []), "pdd-64k-1k-90hit": ("pdd-64k-1k-90hit", []),
-    "regime-same-dc-pd": ("regime-same-dc-pd", []), "regime-cross-dc-pd": ("regime-cross-dc-pd", []),
-    "regime-pdd": ("regime-pdd", []),
-}
-SEARCHED = ["same-dc-pd", "pdd"]  # throughput within SLA, per seed
-
-# The bathtub: a fixed workload on both deployments, hit rate swept (stated, not fitted).
-BATHTUB_SET = ["workload.source=fixed", "workload.fixed.input_tokens=32768", "workload.fixed.output_tokens=256",
-               "workload.fixed.rate_rps=1.0"]
-HIT_LIGHT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9]
-HIT_FULL = [round(0.05 * i, 2) for i in range(21)]
-
-# The sensitivity map: assumptions the article leaves open. Same-DC PD has no WAN and no chip B.
-MAP_FULL = {"sla.tpot_ms": [60, 100, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
-            "model.kv_bytes_per_token": [4400, 16000, 47606], "workload.synth.output_median_tokens": [100, 250, 1000],
-            "chips.B.memory_bw_tbps": [3.35, 4.8],
-            "workload.synth.target_hist": [list(PDD_LIKE_HIST), list(MOONCAKE_LIKE_HIST)]}
-MAP_LIGHT = {"sla.tpot_ms": [60, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
-             "model.kv_bytes_per_token": [4400, 47606]}
-PDD_ONLY_AXES = ("network.wan", "chips.B.memory_bw_tbps")
-HIT_MIX_NAMES = {tuple(PDD_LIKE_HIST): "PDD-like (80% >95%)", tuple(MOONCAKE_LIKE_HIST): "Mooncake-like (58% <90%)"}
+__all__ = ["MAP_FULL", "MAP_LIGHT", "PDD_ONLY_AXES", "REQUESTS_ENV", "Settings", "reproduce"]
 
 
-@dataclass
-class Settings:
-    """One reproduce run as the command line states it."""
-    requests: int = 1000          # per generated trace (the regime scenarios keep their own 1,500)
-    seeds: int = 3                # seed and workload seed 0 .. seeds-1
-    full: bool = False            # the whole sensitivity map and a finer bathtub
-    jobs: int | None = None
-    ray: str | None = None
-    iterations: int = 5           # capacity search steps after bracketing
-    map_requests: int = 400
-    bathtub_requests: int = 150
-    started: float = field(default_factory=time.perf_counter)
-
-    @classmethod
-    def make(cls, full: bool = False, jobs: int | None = None, ray: str | None = None,
-             requests: int | None = None, seeds: int = 3) -> "Settings":
-        env = os.environ.get(REQUESTS_ENV)
-        n = requests or (int(env) if env else None)
-        if full:
-            s = cls(requests=n or 4000, seeds=seeds, full=True, jobs=jobs, ray=ray, iterations=7, map_requests=2000,
-                    bathtub_requests=400)
-        else:
-            s = cls(requests=n or 1000, seeds=seeds, jobs=jobs, ray=ray)
-        if n and n < 200:  # a tiny test run: everything small
-            s.map_requests, s.bathtub_requests, s.iterations = n, n, 3
-        return s
+def comparison_words(sim: Simulated, common) -> str:
+    """The best splits, the control, and at which common loads PDD's TTFT is lower or higher."""
+    text = ("Best split vs best split at the article's chip counts (same-DC PD 88 A, PDD 43 A + 32 B; control: PDD "
+            "with the baseline's prefill pool): " + "; ".join(f"{n} {p['label']}" for n, p in sim.plan.items()) + ".")
+    if len(common):
+        text += (f" Common loads {', '.join(f'{x:g}' for x in sim.loads['loads_rps'])} req/s (up to 0.9 x "
+                 f"{sim.loads['smaller']}'s capacity): " + common_load.words(common, *COMMON))
+    return text
 
 
-# ---------------------------------------------------------------- tasks
-
-
-def _overrides(name: str, seed: int, cfg: Settings) -> list[str]:
-    from pddbench.scenario import load_scenario
-
-    file, extra = VARIANTS[name]
-    sc = load_scenario(PAPER / f"{file}.yaml")
-    out = [f"seed={seed}"]
-    if sc.workload.resolved_source() == "fixed":
-        out += [f"workload.fixed.seed={seed}"]
-        if cfg.requests < 200:
-            out += [f"workload.fixed.requests={min(sc.workload.fixed.requests, cfg.requests)}"]
-    else:
-        out += [f"workload.synth.seed={seed}"]
-        if not name.startswith("regime-") or cfg.requests < 200:
-            out += [f"workload.synth.requests={cfg.requests}"]
-    return out + extra
-
-
-def _scenario_task(name: str, seed: int, cfg: Settings, kind: str):
-    from pddbench.scenario import load_scenario
-    from pddbench.sweep.payload import make_payload, ship_scenario
-
-    sc = load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg))
-    data, blobs = ship_scenario(sc)
-    task: dict = {"kind": kind, "scenario": data}
-    if kind == "capacity":
-        task["iterations"] = cfg.iterations
-    if kind == "run_folder":
-        task["scenario_yaml"] = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
-        task["log"] = [f"scenario {VARIANTS[name][0]} overrides {_overrides(name, seed, cfg)}"]
-    return make_payload(task, blobs)
-
-
-def _sweep_points(out: Path, name: str, base: str, measure: str, sets: list[str], axes: dict, iterations: int):
-    """A sweep file written into the run folder and expanded by the sweep engine (pddbench sweep
-    reads the same file): its points, each with its axis values."""
-    from pddbench.sweep.spec import load_sweep
-
-    spec = {"base": base, "name": name, "measure": measure, "repeats": 1, "set": sets, "axes": axes}
-    if measure == "capacity":
-        spec["capacity"] = {"iterations": iterations}
-    path = out / "sweeps" / f"{name}.yaml"
-    write_text(path, yaml.safe_dump(spec, sort_keys=False))
-    return load_sweep(path).points
-
-
-def build_tasks(out: Path, cfg: Settings) -> list[tuple[tuple, object]]:
-    """Every simulation as (key, payload), longest first: capacity searches, then runs."""
-    from pddbench.sweep.payload import make_payload
-
-    tasks: list[tuple[tuple, object]] = []
-    for seed in range(cfg.seeds):
-        for name in SEARCHED:
-            tasks.append((("capacity", name, seed), _scenario_task(name, seed, cfg, "capacity")))
-    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
-        hits = HIT_FULL if cfg.full else HIT_LIGHT
-        sets = BATHTUB_SET + [f"workload.fixed.requests={cfg.bathtub_requests}"]
-        for p in _sweep_points(out, f"bathtub-{dep}", base, "capacity", sets, {"workload.fixed.hit_rate": hits},
-                               cfg.iterations):
-            tasks.append((("bathtub", dep, p.axes["workload.fixed.hit_rate"]), make_payload(p.task, p.blobs)))
-    grid = MAP_FULL if cfg.full else MAP_LIGHT
-    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
-        axes = {k: v for k, v in grid.items() if dep == "pdd" or k not in PDD_ONLY_AXES}
-        for measure in ("capacity", "run"):
-            for p in _sweep_points(out, f"map-{dep}-{measure}", base, measure,
-                                   [f"workload.synth.requests={cfg.map_requests}"], axes, cfg.iterations):
-                key = json.dumps({k: p.axes[k] for k in axes}, sort_keys=True)
-                tasks.append((("map", dep, measure, key), make_payload(p.task, p.blobs)))
-    for seed in range(cfg.seeds):
-        for name in VARIANTS:
-            kind = "run_folder" if seed == 0 else "simulate"
-            tasks.append((("run", name, seed), _scenario_task(name, seed, cfg, kind)))
-    return tasks
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and its finished workers: the run's cost whatever the load."""
-    import resource
-
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 1)
-
-
-def run_tasks(out: Path, cfg: Settings, tasks) -> dict:
-    """Run every task through one executor (-j / --ray); results by key. Seed-0 runs become run
-    folders under runs/ (records, summary, figures) for the comparisons and figures."""
-    from pddbench.io import atomic_path, run_folder
-    from pddbench.sweep.executors import make_executor
-
-    results: dict = {}
-    walls: dict[str, float] = {}
-    with make_executor(cfg.jobs, cfg.ray, tasks=len(tasks)) as ex:
-        for i, text in ex.run([p for _, p in tasks]):
-            key = tasks[i][0]
-            res = json.loads(text)
-            if res["status"] != "ok":
-                raise RuntimeError(f"{key} failed: {res['error']}")
-            if "files" in res:
-                name = key[1]
-                with run_folder(out / "runs" / name, out, name) as folder:
-                    for fname, b64 in res["files"].items():
-                        with atomic_path(folder.path / fname) as tmp:
-                            tmp.write_bytes(base64.b64decode(b64))
-                res = {"summary": json.loads((folder.path / "summary.json").read_text()), "folder": folder.path}
-            results[key] = res
-            walls[key[0]] = walls.get(key[0], 0.0) + res.get("wall_s", 0.0)
-    results["_walls"] = walls
-    console.print(f"  worker seconds by kind: { {k: round(v, 1) for k, v in walls.items()} }")
-    console.print(f"  {len(tasks)} simulations and searches in {time.perf_counter() - cfg.started:.0f} s")
-    results["_cpu_s"] = cpu_seconds()
-    return results
+def comparison_rows(s: dict, cap: dict, sim: Simulated, common, cfg: Settings) -> list[Row]:
+    """Best split vs best split, the equal-prefill control and the common loads."""
+    rows = bvb.measure_rows(s, cap, sim.best, sim.plan, not cfg.full)
+    if len(common):
+        return rows + common_load.measure_rows(common, sim.loads, *COMMON, not cfg.full)
+    why = f"No common load: a capacity is 0 ({sim.loads['capacities_rps']} req/s)."
+    return rows + [_row("ttft_change_common_light", [], why), _row("ttft_change_common_heavy", [], why)]
 
 
 # ---------------------------------------------------------------- measurements, one group each
-
-
-def _chg(new, old) -> float | None:
-    """Relative change in %."""
-    if new is None or old is None or not old or not math.isfinite(new) or not math.isfinite(old):
-        return None
-    return 100.0 * (new / old - 1)
-
-
-def _row(cid: str, values, note: str = "") -> Row:
-    return Row(BY_ID[cid], [v for v in values if v is not None], f"Measured: {note}" if note else "")
 
 
 def wan_demand_gbps(r: dict) -> float | None:
@@ -233,11 +78,12 @@ def measure_hit_mix(cfg: Settings) -> tuple[list[Row], dict]:
             _row("hit_mix_generated", gen)], {"mooncake": {k: mc[k] for k in ("requests", "mean_hit_rate")}}
 
 
-def measure_naive_cross_dc(s: dict) -> list[Row]:
+def measure_naive_cross_dc(s: dict, regime_load: dict) -> list[Row]:
     same, cross = s["regime-same-dc-pd"], s["regime-cross-dc-pd"]
     q = lambda runs, p: [r["ttft_ms"][p] / 1000 for r in runs]
     wan = lambda p: [r["wan_kv_ms"][p] / 1000 if r["wan_kv_ms"].get(p) is not None else None for r in cross]
-    return [_row("same_dc_ttft_p50", q(same, "p50"), "by selection, the regime's load was chosen for this."),
+    return [_row("same_dc_ttft_p50", q(same, "p50"), f"{regime_load['text']}; the load was not chosen by looking "
+                 "at any TTFT."),
             _row("cross_dc_ttft_p50", q(cross, "p50"), "WAN KV demand "
                  + ", ".join(f"{wan_demand_gbps(r) or 0:.1f}" for r in cross) + " Gbit/s (per seed) on one "
                  "10 Gbit/s line: where demand exceeds the line, cross-DC TTFT is the line's queue, not latency."),
@@ -421,7 +267,7 @@ def analyse_traces(out: Path, cfg: Settings) -> dict:
     return overview
 
 
-def operating_point(s: dict, traces: dict, cfg: Settings) -> dict:
+def operating_point(s: dict, traces: dict, cfg: Settings, regime_load: dict) -> dict:
     """The load and prompt sizes every figure rests on, and the naive cross-DC inflation."""
     g = traces["agentic-pdd-like"]
     inflation = {}
@@ -433,7 +279,7 @@ def operating_point(s: dict, traces: dict, cfg: Settings) -> dict:
     return {"workload": "generated agentic trace, PDD-like hit mix", "requests": cfg.requests, "seeds": cfg.seeds,
             "base_load_rps": round(s["same-dc-pd"][0]["offered_rps"] or 0, 2),
             "regime_load_rps": inflation["regime"]["offered_rps"],
-            "regime_requests": s["regime-same-dc-pd"][0]["requests_total"],
+            "regime_requests": s["regime-same-dc-pd"][0]["requests_total"], "regime_choice": regime_load,
             "input_tokens": {k: g["input_length"][k] for k in ("p50", "p90", "p99")},
             "output_tokens": {k: g["output_length"][k] for k in ("p50", "p90")},
             "mean_hit_rate": round(g["mean_hit_rate"], 3), "sla": s["pdd"][0]["sla"], "naive_cross_dc": inflation}
@@ -447,18 +293,19 @@ def context_line(op: dict, cfg: Settings) -> str:
             f"tokens p50/p90/p99 {op['input_tokens']['p50']:,.0f} / {op['input_tokens']['p90']:,.0f} / "
             f"{op['input_tokens']['p99']:,.0f}; output p50 {op['output_tokens']['p50']:,.0f}), {cfg.requests:,} requests "
             f"per run, seeds 0..{cfg.seeds - 1}; base load {op['base_load_rps']} req/s, regime load "
-            f"{op['regime_load_rps']} req/s ({op['regime_requests']:,} requests); SLA P{sla.get('percentile', 90):g} TTFT "
+            f"{op['regime_load_rps']} req/s ({op['regime_requests']:,} requests; {op['regime_choice']['text']}); SLA P{sla.get('percentile', 90):g} TTFT "
             f"{sla.get('ttft_ms', 0) / 1000:g} s, TPOT {sla.get('tpot_ms', 0):g} ms. Naive cross-DC TTFT p50/p90/p99 (s): "
             f"base load same-DC {fmt(inf['base'], 'same_dc')} -> cross-DC {fmt(inf['base'], 'cross_dc')}; regime same-DC "
             f"{fmt(inf['regime'], 'same_dc')} -> cross-DC {fmt(inf['regime'], 'cross_dc')}. Assumptions: "
             "scenarios/paper/*.yaml; verdict tolerances: pddbench/claims.py.")
 
 
-def ledger_rows(s: dict, cap: dict, tub, cfg: Settings) -> tuple[list[Row], dict]:
+def ledger_rows(s: dict, cap: dict, tub, cfg: Settings, regime_load: dict, comparison: list[Row]) -> tuple[list[Row], dict]:
+    """Every claim's row; `comparison`: the best-vs-best, control and common-load rows."""
     mix_rows, mix_info = measure_hit_mix(cfg)
-    rows = (mix_rows + measure_naive_cross_dc(s) + measure_drc(s) + measure_headline(s, cap) + measure_relay_share(s)
-            + measure_handoff(cfg.seeds) + measure_modes(s) + measure_relay_only(s) + measure_singular(s)
-            + measure_bathtub(tub))
+    rows = (mix_rows + measure_naive_cross_dc(s, regime_load) + measure_drc(s) + measure_headline(s, cap)
+            + measure_relay_share(s) + measure_handoff(cfg.seeds) + measure_modes(s) + measure_relay_only(s)
+            + measure_singular(s) + measure_bathtub(tub) + comparison)
     order = {c.id: i for i, c in enumerate(CLAIMS)}
     rows.sort(key=lambda r: order[r.claim.id])
     return rows, mix_info
@@ -473,24 +320,28 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     from pddbench.report import reproduce_figures as rf
     from pddbench.report.ledger_report import report_html, report_markdown
     from pddbench.report.ledger_report import update_readme as write_readme
+    from pddbench.report.common_load_figure import common_load_figure
     from pddbench.report.sensitivity import describe_map, map_heatmaps
 
     cfg = Settings.make(full, jobs, ray, requests, seeds)
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
     traces = analyse_traces(out, cfg)
-    results = run_tasks(out, cfg, build_tasks(out, cfg))
-    s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in VARIANTS}
-    cap = {n: [results[("capacity", n, k)]["capacity"] for k in range(cfg.seeds)] for n in SEARCHED}
-    folders = {n: results[("run", n, 0)]["folder"] for n in VARIANTS}
+    sim = simulate_all(out, cfg)
+    results, plan, regime_load, loads = sim.results, sim.plan, sim.regime_load, sim.loads
+    s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in [*VARIANTS, *plan]}
+    cap = {n: [results[("capacity", n, k)]["capacity"] for k in range(cfg.seeds)] for n in [*SEARCHED, *plan]}
+    folders = {n: results[("run", n, 0)]["folder"] for n in [*VARIANTS, *plan]}
     tub = bathtub_table(results)
     grid = MAP_FULL if cfg.full else MAP_LIGHT
     sens = map_table(results, grid)
-    op = operating_point(s, traces, cfg)
+    op = operating_point(s, traces, cfg, regime_load)
     context = context_line(op, cfg)
-    rows, mix_info = ledger_rows(s, cap, tub, cfg)
+    common = common_load.table({k[1:]: v["summary"] for k, v in results.items() if k[0] == "common"}, loads)
+    rows, mix_info = ledger_rows(s, cap, tub, cfg, regime_load, comparison_rows(s, cap, sim, common, cfg))
 
     compare_runs([folders[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments", baseline="same-dc-pd")
+    compare_runs([folders[n] for n in plan], out / "compare-best-splits", baseline="best-same-dc-pd")
     compare_runs([folders[n] for n in ("regime-same-dc-pd", "regime-cross-dc-pd", "regime-pdd")], out / "compare-regime",
                  baseline="regime-same-dc-pd")
     compare_runs([folders[n] for n in ("pdd-one-shot", "pdd-catch-up", "pdd")], out / "compare-handoff-modes",
@@ -513,6 +364,13 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
         ("P->RLD-only ablation: hit rates over time", rf.relay_only_drift(folders, load, out / "figures" / "relay_only_drift.png")),
         ("Bathtub: throughput within SLA against hit rate", rf.bathtub(tub, out / "figures" / "bathtub.png", sla_text)),
     ]
+    if len(common):
+        lo, hi = min(loads["loads_rps"]), max(loads["loads_rps"])
+        labels = {n: f"{n} {plan[n]['label']}" for n in COMMON}
+        figures.append(("Common loads: best splits at the same offered loads", common_load_figure(
+            common, labels, f"Common loads, generated agentic trace ({cfg.requests:,} requests, seeds 0..{cfg.seeds - 1}): "
+            f"same-DC PD vs PDD at their best splits, {lo:g}..{hi:g} req/s (0.1..0.9 x the smaller capacity)",
+            op["sla"], out / "figures" / "common_load.png")))
     for metric, title in (("throughput_change_pct", "throughput-within-SLA change"), ("ttft_change_pct", "mean TTFT change")):
         figures.append((f"Sensitivity map: PDD vs same-DC {title}",
                         map_heatmaps(sens, axes, metric, f"PDD vs same-DC PD: {title} (%), "
@@ -520,14 +378,21 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
                                      out / "map" / f"{metric}.png")))
     wall = round(time.perf_counter() - cfg.started, 1)
     map_words = "\n\n".join(words.values())
-    full_context = f"{context}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): {map_words}"
+    comparison = comparison_words(sim, common)
+    full_context = (f"{context}\n\n{comparison}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): "
+                    f"{map_words}")
     write_json(out / "reproduce.json", {"context": context, "operating_point": op, "settings": {
         "requests": cfg.requests, "seeds": cfg.seeds, "full": cfg.full, "map_points": len(sens),
         "map_requests": cfg.map_requests, "bathtub_requests": cfg.bathtub_requests, "capacity_iterations": cfg.iterations,
         "wall_s": wall, "cpu_s": cpu_seconds(), "load_average": os.getloadavg()[0],
-        "worker_s_by_kind": results.get("_walls")}, "rows": [r.to_json() for r in rows], "map_words": words, "traces": traces, "mooncake": mix_info,
+        "worker_s_by_kind": {k: round(v, 1) for k, v in sim.walls.items()}}, "rows": [r.to_json() for r in rows], "map_words": words, "traces": traces, "mooncake": mix_info,
         "bathtub": tub.reset_index().rename(columns={"index": "hit_rate"}).to_dict(orient="records"),
-        "runs": {n: str(p.relative_to(out)) for n, p in folders.items()}})
+        "runs": {n: str(p.relative_to(out)) for n, p in folders.items()}, "comparison_words": comparison,
+        "best_vs_best": {"budgets": bvb.BUDGETS, "measured": sim.plan,
+                         "search": {n: {k: r[k] for k in ("search", "sizes", "scenario_split", "best")}
+                                    for n, r in sim.best.items()},
+                         "capacities": {n: cap[n] for n in sim.plan}},
+        "common_load": {**loads, "points": common.to_dict(orient="records")}})
     figs_rel = [(t, str(p.relative_to(out))) for t, p in figures]
     write_text(out / "report.md", report_markdown(rows, full_context, figs_rel))
     write_text(out / "report.html", report_html(rows, full_context, figures))
@@ -538,6 +403,7 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
 
     print_ledger(rows)
     console.print(f"[bold]operating point[/]: {context}", highlight=False)
+    console.print(f"[bold]best vs best[/]: {comparison}", highlight=False)
     for text in words.values():
         console.print(f"[bold]map[/]: {text}", highlight=False)
     console.print(f"  reproduce took {wall} s wall, {cpu_seconds()} CPU s (load average {os.getloadavg()[0]:.1f})")

@@ -17,8 +17,9 @@ ARTICLE_FIGURES = {
         "same_dc_ttft_p50", "cross_dc_ttft_p50", "cross_dc_ttft_p50_inflation", "cross_dc_ttft_p90", "cross_dc_ttft_p99"],
     "per-request WAN KV latency 1-20 s": ["wan_kv_latency_low", "wan_kv_latency_high"],
     "up to 10x less WAN bandwidth with the DRC": ["drc_wan_reduction"],
-    "TTFT -51.5%": ["ttft_change", "ttft_change_regime"],
-    "throughput within SLA +27.8%": ["throughput_change"],
+    "TTFT -51.5%": ["ttft_change", "ttft_change_regime", "ttft_change_best", "ttft_change_equal_prefill",
+                    "ttft_change_common_light", "ttft_change_common_heavy"],
+    "throughput within SLA +27.8%": ["throughput_change", "throughput_change_best", "throughput_change_equal_prefill"],
     "BCR up to +37.5%, cost per token -37.5%": ["bcr_change", "cost_per_token_change"],
     "hardware cost -3.5..-7.1%": ["hardware_cost_change"],
     "RLD token share 6.2%": ["relay_token_share"],
@@ -101,8 +102,54 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
     assert set(data["map_words"]) == {"throughput_change_pct", "ttft_change_pct"}
     text = readme.read_text()
     assert "OLD-TABLE-LINE" not in text and text.endswith("rest\n") and "throughput within SLA" in text
-    for fig in ("article_vs_sim", "naive_cross_dc_cdf", "handoff_modes", "relay_only_drift", "bathtub"):
+    for fig in ("article_vs_sim", "naive_cross_dc_cdf", "handoff_modes", "relay_only_drift", "bathtub", "common_load"):
         assert (out / "figures" / f"{fig}.png").is_file()
+    _check_best_vs_best(out, data)
+
+
+def _check_best_vs_best(out, data):
+    """Best split vs best split at the budgets, the control's prefill chips, the common loads' top
+    and the regime load chosen below every measured capacity (issue 14.3 and 14.5)."""
+    from pddbench.best_vs_best import BUDGETS, prefill_chips
+
+    rows = {r["id"]: r for r in data["rows"]}
+    bvb = data["best_vs_best"]
+    m = bvb["measured"]
+    for name, dep in (("best-same-dc-pd", "same-dc-pd"), ("best-pdd", "pdd")):
+        assert m[name]["split"] == bvb["search"][dep]["best"]["split"]
+        assert all(m[name]["chips"][c] <= n for c, n in BUDGETS[dep].items())  # within its budget
+        assert (out / "optimize" / dep / "optimize.json").is_file()
+    assert BUDGETS == {"same-dc-pd": {"A": 88}, "pdd": {"A": 43, "B": 32}}
+    # the best-vs-best rows compare exactly those splits, one value per seed
+    for cid in ("ttft_change_best", "throughput_change_best", "ttft_change_equal_prefill",
+                "throughput_change_equal_prefill"):
+        assert rows[cid]["seeds"] == 2, cid
+    assert m["best-pdd"]["label"] in rows["throughput_change_best"]["note"]
+    assert m["best-same-dc-pd"]["label"] in rows["throughput_change_best"]["note"]
+    caps = bvb["capacities"]
+    same = [c["throughput_within_sla_rps"] for c in caps["best-same-dc-pd"]]
+    pdd = [c["throughput_within_sla_rps"] for c in caps["best-pdd"]]
+    want = [100 * (p / s - 1) for p, s in zip(pdd, same)]
+    assert rows["throughput_change_best"]["simulated_values"] == pytest.approx(want)
+    # the control has the baseline's prefill chips, and PDD's relay and MD
+    ctl = m["control-pdd"]["split"]
+    assert prefill_chips(ctl) == prefill_chips(m["best-same-dc-pd"]["split"])
+    assert ctl["relay"] == m["best-pdd"]["split"]["relay"] and ctl["main"] == m["best-pdd"]["split"]["main"]
+    # common loads: from light to 0.9 x the smaller mean capacity, the same loads on both sides
+    cl = data["common_load"]
+    smaller = min(sum(same) / len(same), sum(pdd) / len(pdd))
+    assert cl["loads_rps"][-1] == pytest.approx(0.9 * smaller, rel=1e-3)
+    assert max(cl["loads_rps"]) == cl["loads_rps"][-1] and cl["loads_rps"][0] < 0.5 * smaller
+    pts = pd.DataFrame(cl["points"])
+    for load, g in pts.groupby("load_rps"):
+        assert set(g.deployment) == {"best-same-dc-pd", "best-pdd"} and len(g) == 4
+        assert g.offered_rps.to_numpy() == pytest.approx(load, rel=0.01)  # offered as planned, on every seed
+    assert "PDD's mean TTFT against same-DC PD's is" in rows["ttft_change_common_heavy"]["note"]
+    # the regime load: 0.9 x the smallest capacity measured, stated in the row
+    choice = data["operating_point"]["regime_choice"]
+    assert choice["load_rps"] == pytest.approx(0.9 * min(min(v) for v in choice["capacities_rps"].values()), rel=1e-3)
+    assert data["operating_point"]["regime_load_rps"] == pytest.approx(choice["load_rps"], rel=0.01)
+    assert choice["text"] in rows["same_dc_ttft_p50"]["note"]
 
 
 def test_full_map_is_the_shipped_sensitivity_sweep():

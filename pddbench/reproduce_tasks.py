@@ -1,0 +1,313 @@
+"""The simulations of `pddbench reproduce` and how they are run: the settings, the scenario
+variants and sweeps, every task as (key, payload), and the three stages on one executor
+(`simulate_all`): each deployment's best split at the article's chip counts
+(pddbench/best_vs_best.py, `optimize` on seed 0); every simulation that needs no measured
+capacity (shipped and best splits, the equal-prefill control, the regime's capacities, bathtub,
+map, variants); then the runs whose load comes from those capacities: the regime variants at the
+regime load (pddbench/regime.py) and both best splits at common loads (pddbench/common_load.py).
+The measurements and the ledger are pddbench/reproduce.py's."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from pddbench import best_vs_best as bvb
+from pddbench import common_load, regime
+from pddbench.io import write_json, write_text
+from pddbench.shipped import SCENARIOS
+from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST
+
+console = Console(stderr=True)
+PAPER = SCENARIOS / "paper"
+REQUESTS_ENV = "PDDBENCH_REPRODUCE_REQUESTS"  # a tiny request count for tests (as --requests)
+
+# Scenario variants simulated on every seed: name -> (paper file, extra overrides).
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "same-dc-pd": ("same-dc-pd", []), "cross-dc-pd": ("cross-dc-pd", []), "pdd": ("pdd", []),
+    "pdd-no-drc": ("pdd", ["name=pdd-no-drc", "deployment.main.prefix_cache=false"]),
+    "pdd-one-shot": ("pdd-one-shot", []), "pdd-catch-up": ("pdd-catch-up", []),
+    "pdd-relay-only-ablation": ("pdd-relay-only-ablation", []),
+    "pdd-no-singular-filter": ("pdd-no-singular-filter", []), "pdd-64k-1k-90hit": ("pdd-64k-1k-90hit", []),
+    "regime-same-dc-pd": ("regime-same-dc-pd", []), "regime-cross-dc-pd": ("regime-cross-dc-pd", []),
+    "regime-pdd": ("regime-pdd", []),
+}
+SEARCHED = ["same-dc-pd", "pdd"]  # throughput within SLA, per seed
+REGIME = [n for n in VARIANTS if n.startswith("regime-")]  # run at the load pddbench/regime.py chooses
+COMMON = ["best-same-dc-pd", "best-pdd"]  # the common-load sweep's pair (pddbench/common_load.py)
+
+# The bathtub: a fixed workload on both deployments, hit rate swept (stated, not fitted).
+BATHTUB_SET = ["workload.source=fixed", "workload.fixed.input_tokens=32768", "workload.fixed.output_tokens=256",
+               "workload.fixed.rate_rps=1.0"]
+HIT_LIGHT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9]
+HIT_FULL = [round(0.05 * i, 2) for i in range(21)]
+
+# The sensitivity map: assumptions the article leaves open. Same-DC PD has no WAN and no chip B.
+MAP_FULL = {"sla.tpot_ms": [60, 100, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
+            "model.kv_bytes_per_token": [4400, 16000, 47606], "workload.synth.output_median_tokens": [100, 250, 1000],
+            "chips.B.memory_bw_tbps": [3.35, 4.8],
+            "workload.synth.target_hist": [list(PDD_LIKE_HIST), list(MOONCAKE_LIKE_HIST)]}
+MAP_LIGHT = {"sla.tpot_ms": [60, 150], "network.wan": ["cross-city-10g", "cross-city-100g"],
+             "model.kv_bytes_per_token": [4400, 47606]}
+PDD_ONLY_AXES = ("network.wan", "chips.B.memory_bw_tbps")
+HIT_MIX_NAMES = {tuple(PDD_LIKE_HIST): "PDD-like (80% >95%)", tuple(MOONCAKE_LIKE_HIST): "Mooncake-like (58% <90%)"}
+
+
+@dataclass
+class Settings:
+    """One reproduce run as the command line states it."""
+    requests: int = 1000          # per generated trace (the regime scenarios keep their own 1,500)
+    seeds: int = 3                # seed and workload seed 0 .. seeds-1
+    full: bool = False            # the whole sensitivity map and a finer bathtub
+    jobs: int | None = None
+    ray: str | None = None
+    iterations: int = 5           # capacity search steps after bracketing
+    map_requests: int = 400
+    bathtub_requests: int = 150
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def make(cls, full: bool = False, jobs: int | None = None, ray: str | None = None,
+             requests: int | None = None, seeds: int = 3) -> "Settings":
+        env = os.environ.get(REQUESTS_ENV)
+        n = requests or (int(env) if env else None)
+        if full:
+            s = cls(requests=n or 4000, seeds=seeds, full=True, jobs=jobs, ray=ray, iterations=7, map_requests=2000,
+                    bathtub_requests=400)
+        else:
+            s = cls(requests=n or 1000, seeds=seeds, jobs=jobs, ray=ray)
+        if n and n < 200:  # a tiny test run: everything small
+            s.map_requests, s.bathtub_requests, s.iterations = n, n, 3
+        return s
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def _overrides(name: str, seed: int, cfg: Settings) -> list[str]:
+    from pddbench.scenario import load_scenario
+
+    file, extra = VARIANTS[name]
+    sc = load_scenario(PAPER / f"{file}.yaml")
+    out = [f"seed={seed}"]
+    if sc.workload.resolved_source() == "fixed":
+        out += [f"workload.fixed.seed={seed}"]
+        if cfg.requests < 200:
+            out += [f"workload.fixed.requests={min(sc.workload.fixed.requests, cfg.requests)}"]
+    else:
+        out += [f"workload.synth.seed={seed}"]
+        if not name.startswith("regime-") or cfg.requests < 200:
+            out += [f"workload.synth.requests={cfg.requests}"]
+    return out + extra
+
+
+def _variant(name: str, seed: int, cfg: Settings, extra: list[str] | tuple = ()):
+    """A variant's scenario on one seed, with `extra` overrides after the variant's own."""
+    from pddbench.scenario import load_scenario
+
+    return load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg) + list(extra))
+
+
+def _payload(sc, kind: str, cfg: Settings, log: str = ""):
+    from pddbench.sweep.payload import make_payload, ship_scenario
+
+    data, blobs = ship_scenario(sc)
+    task: dict = {"kind": kind, "scenario": data}
+    if kind == "capacity":
+        task["iterations"] = cfg.iterations
+    if kind == "run_folder":
+        task["scenario_yaml"] = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+        task["log"] = [log]
+    return make_payload(task, blobs)
+
+
+def _scenario_task(name: str, seed: int, cfg: Settings, kind: str, extra: list[str] | tuple = ()):
+    sc = _variant(name, seed, cfg, extra)
+    return _payload(sc, kind, cfg, f"scenario {VARIANTS[name][0]} overrides {_overrides(name, seed, cfg) + list(extra)}")
+
+
+def _split_scenario(mname: str, split: dict, seed: int, cfg: Settings, extra: list[str] | tuple = ()):
+    """A measured deployment of the best-vs-best comparison: its paper scenario with `split`."""
+    from pddbench.optimize import with_split
+
+    return with_split(_variant(bvb.MEASURED[mname], seed, cfg, [f"name={mname}", *extra]), split)
+
+
+def _sweep_points(out: Path, name: str, base: str, measure: str, sets: list[str], axes: dict, iterations: int):
+    """A sweep file written into the run folder and expanded by the sweep engine (pddbench sweep
+    reads the same file): its points, each with its axis values."""
+    from pddbench.sweep.spec import load_sweep
+
+    spec = {"base": base, "name": name, "measure": measure, "repeats": 1, "set": sets, "axes": axes}
+    if measure == "capacity":
+        spec["capacity"] = {"iterations": iterations}
+    path = out / "sweeps" / f"{name}.yaml"
+    write_text(path, yaml.safe_dump(spec, sort_keys=False))
+    return load_sweep(path).points
+
+
+def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, object]]:
+    """Every simulation that needs no other's result, as (key, payload), longest first: capacity
+    searches (the shipped splits, the best splits and control of `plan`, the regime's capacities),
+    then runs. The regime runs and the common loads come later (`dependent_tasks`)."""
+    from pddbench.sweep.payload import make_payload
+
+    tasks: list[tuple[tuple, object]] = []
+    for seed in range(cfg.seeds):
+        for name in SEARCHED:
+            tasks.append((("capacity", name, seed), _scenario_task(name, seed, cfg, "capacity")))
+        for mname, p in plan.items():
+            if mname in reused_capacities(plan, seed):
+                continue
+            tasks.append((("capacity", mname, seed), _payload(_split_scenario(mname, p["split"], seed, cfg), "capacity", cfg)))
+    for seed in range(cfg.seeds):
+        for name in regime.MEASURED:
+            tasks.append((("regime_capacity", name, seed),
+                          _scenario_task(name, seed, cfg, "capacity", regime.capacity_overrides())))
+    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
+        hits = HIT_FULL if cfg.full else HIT_LIGHT
+        sets = BATHTUB_SET + [f"workload.fixed.requests={cfg.bathtub_requests}"]
+        for p in _sweep_points(out, f"bathtub-{dep}", base, "capacity", sets, {"workload.fixed.hit_rate": hits},
+                               cfg.iterations):
+            tasks.append((("bathtub", dep, p.axes["workload.fixed.hit_rate"]), make_payload(p.task, p.blobs)))
+    grid = MAP_FULL if cfg.full else MAP_LIGHT
+    for dep, base in (("pdd", "paper/pdd"), ("same-dc-pd", "paper/same-dc-pd")):
+        axes = {k: v for k, v in grid.items() if dep == "pdd" or k not in PDD_ONLY_AXES}
+        for measure in ("capacity", "run"):
+            for p in _sweep_points(out, f"map-{dep}-{measure}", base, measure,
+                                   [f"workload.synth.requests={cfg.map_requests}"], axes, cfg.iterations):
+                key = json.dumps({k: p.axes[k] for k in axes}, sort_keys=True)
+                tasks.append((("map", dep, measure, key), make_payload(p.task, p.blobs)))
+    for seed in range(cfg.seeds):
+        for name in VARIANTS:
+            if name not in REGIME:
+                kind = "run_folder" if seed == 0 else "simulate"
+                tasks.append((("run", name, seed), _scenario_task(name, seed, cfg, kind)))
+        for mname, p in plan.items():
+            sc = _split_scenario(mname, p["split"], seed, cfg)
+            kind = "run_folder" if seed == 0 else "simulate"
+            tasks.append((("run", mname, seed), _payload(sc, kind, cfg, f"{mname}: split {p['label']}, seed {seed}")))
+    return tasks
+
+
+def reused_capacities(plan: dict, seed: int) -> dict[str, str]:
+    """Capacities not searched again: on seed 0 the best splits' own (optimize measured them on the
+    same scenario), and the control's wherever it is PDD's best split. Measured name -> source."""
+    out = {n: "optimize" for n in ("best-same-dc-pd", "best-pdd")} if seed == 0 else {}
+    if plan["control-pdd"]["split"] == plan["best-pdd"]["split"]:
+        out["control-pdd"] = "best-pdd"
+    return out
+
+
+def fill_reused(results: dict, best: dict, plan: dict, seeds: int) -> None:
+    """Put the reused capacities (reused_capacities) under their measured names."""
+    for seed in range(seeds):
+        for mname, src in reused_capacities(plan, seed).items():
+            if src == "optimize":
+                results[("capacity", mname, seed)] = {"capacity": best[bvb.MEASURED[mname]]["best"]}
+    for seed in range(seeds):
+        for mname, src in reused_capacities(plan, seed).items():
+            if src != "optimize":
+                results[("capacity", mname, seed)] = results[("capacity", src, seed)]
+
+
+def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict, loads: dict) -> list[tuple[tuple, object]]:
+    """The runs that need measured capacities: the regime variants at the regime load, and both
+    best splits at every common load (each seed's rate scale from its own trace's rate)."""
+    from pddbench.capacity import rate_scale_for
+
+    tasks: list[tuple[tuple, object]] = []
+    for seed in range(cfg.seeds):
+        probe = results[("regime_capacity", regime.MEASURED[0], seed)]["capacity"]["probes"][0]
+        scale = rate_scale_for(regime_load["load_rps"], probe["offered_rps"], probe["rate_scale"])
+        for name in REGIME:  # the variants share the workload: one rate scale per seed
+            kind = "run_folder" if seed == 0 else "simulate"
+            tasks.append((("run", name, seed), _scenario_task(name, seed, cfg, kind, [f"workload.rate_scale={scale:.9g}"])))
+        if loads["loads_rps"][-1] <= 0:  # a deployment never held the SLA: no common load to compare at
+            continue
+        for mname in COMMON:
+            base = results[("run", mname, seed)]["summary"]  # this seed's trace at rate scale 1
+            for i, load in enumerate(loads["loads_rps"]):
+                sc = _split_scenario(mname, plan[mname]["split"], seed, cfg,
+                                     [f"workload.rate_scale={rate_scale_for(load, base['offered_rps']):.9g}"])
+                tasks.append((("common", mname, i, seed), _payload(sc, "simulate", cfg)))
+    return tasks
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished workers: the run's cost whatever the load."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 1)
+
+
+def run_tasks(out: Path, cfg: Settings, tasks, ex, walls: dict[str, float]) -> dict:
+    """Run every task through the executor `ex` (-j / --ray); results by key. Seed-0 runs become
+    run folders under runs/ (records, summary, figures) for the comparisons and figures."""
+    from pddbench.io import atomic_path, run_folder
+
+    results: dict = {}
+    for i, text in ex.run([p for _, p in tasks]):
+        key = tasks[i][0]
+        res = json.loads(text)
+        if res["status"] != "ok":
+            raise RuntimeError(f"{key} failed: {res['error']}")
+        if "files" in res:
+            name = key[1]
+            with run_folder(out / "runs" / name, out, name) as folder:
+                for fname, b64 in res["files"].items():
+                    with atomic_path(folder.path / fname) as tmp:
+                        tmp.write_bytes(base64.b64decode(b64))
+            res = {"summary": json.loads((folder.path / "summary.json").read_text()), "folder": folder.path}
+        results[key] = res
+        walls[key[0]] = walls.get(key[0], 0.0) + res.get("wall_s", 0.0)
+    console.print(f"  {len(tasks)} simulations and searches done at {time.perf_counter() - cfg.started:.0f} s")
+    return results
+
+
+@dataclass
+class Simulated:
+    results: dict              # every task's result by key
+    best: dict                 # optimize's result per deployment (seed 0)
+    plan: dict                 # the measured splits (best_vs_best.measured)
+    regime_load: dict          # regime.choose
+    loads: dict                # common_load.loads
+    walls: dict                # worker seconds by task kind (optimize: its wall time)
+
+
+def simulate_all(out: Path, cfg: Settings) -> Simulated:
+    """Three stages on one executor: each deployment's best split (optimize, seed 0); every
+    simulation that needs no measured capacity; then the regime runs and the common loads, whose
+    loads come from the capacities the second stage measured."""
+    from pddbench.report.optimize_figure import optimize_figure
+    from pddbench.sweep.executors import make_executor
+
+    walls: dict[str, float] = {}
+    with make_executor(cfg.jobs, cfg.ray) as ex:
+        t0 = time.perf_counter()
+        scen = {n: _variant(n, 0, cfg) for n in bvb.BUDGETS}
+        best = bvb.search(scen, ex, cfg.iterations, cfg.full, lambda m: console.print(f"  split search: {m}", highlight=False))
+        walls["optimize (wall)"] = time.perf_counter() - t0
+        for name, res in best.items():
+            write_json(out / "optimize" / name / "optimize.json", res)
+            optimize_figure(res, out / "optimize" / name / "optimize.png")
+        plan = bvb.measured(best, scen)
+        console.print("  best splits: " + "; ".join(f"{n} {p['label']}" for n, p in plan.items()), highlight=False)
+        results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
+        fill_reused(results, best, plan, cfg.seeds)
+        per_seed = lambda kind, n: [results[k]["capacity"] for k in sorted(k for k in results if k[:2] == (kind, n))]
+        regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED})
+        loads = common_load.loads({n: per_seed("capacity", n) for n in COMMON},
+                                  common_load.FULL_FRACTIONS if cfg.full else common_load.LIGHT_FRACTIONS)
+        console.print(f"  {regime_load['text']}; common loads {loads['loads_rps']} req/s", highlight=False)
+        results.update(run_tasks(out, cfg, dependent_tasks(cfg, plan, results, regime_load, loads), ex, walls))
+    console.print(f"  worker seconds by kind: { {k: round(v, 1) for k, v in walls.items()} }")
+    return Simulated(results, best, plan, regime_load, loads, walls)

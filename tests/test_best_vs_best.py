@@ -1,0 +1,104 @@
+"""Best split vs best split (issue 14.3): the control has the baseline's prefill chips, the common
+loads stop at 0.9 of the smaller capacity, the words say where PDD's TTFT is lower or higher, the
+regime load sits below every measured capacity, and a rate scale offers the load it was asked for."""
+
+import pandas as pd
+import pytest
+
+from pddbench import common_load, regime
+from pddbench.best_vs_best import BUDGETS, control_split, measured, prefill_chips
+from pddbench.capacity import rate_scale_for
+from pddbench.runner import simulate_summary
+from pddbench.scenario import load_scenario
+from tests.conftest import REPO
+
+PAPER = REPO / "scenarios" / "paper"
+
+
+def _split(p, d=None, r=None, m=None):
+    out = {"prefill": {"instances": p[0], "chips_per_instance": p[1]}}
+    if d:
+        out["decode"] = {"instances": d[0], "chips_per_instance": d[1]}
+    if r:
+        out["relay"] = {"instances": r[0], "chips_per_instance": r[1]}
+        out["main"] = {"instances": m[0], "chips_per_instance": m[1]}
+    return out
+
+
+def _opt(split):
+    return {"best": {"split": split}}
+
+
+def test_control_has_the_baselines_prefill_chips():
+    same = _split((6, 8), d=(5, 8))
+    pdd = _split((4, 9), r=(1, 7), m=(4, 8))
+    ctl = control_split(pdd, same)
+    assert prefill_chips(ctl) == 48 == prefill_chips(same) != prefill_chips(pdd)
+    assert ctl["relay"] == pdd["relay"] and ctl["main"] == pdd["main"] and set(ctl) == set(pdd)
+    assert pdd["prefill"] == {"instances": 4, "chips_per_instance": 9}  # the input is not changed
+    scen = {"same-dc-pd": load_scenario(PAPER / "same-dc-pd.yaml"), "pdd": load_scenario(PAPER / "pdd.yaml")}
+    plan = measured({"same-dc-pd": _opt(same), "pdd": _opt(pdd)}, scen)
+    assert plan["best-same-dc-pd"]["chips"] == {"A": 88}
+    assert plan["best-pdd"]["chips"] == {"A": 43, "B": 32}
+    assert plan["control-pdd"]["chips"] == {"A": 55, "B": 32}  # the control's chips are stated, not hidden
+    assert plan["control-pdd"]["label"].startswith("P6x8 RLD1x7 MD4x8")
+    assert BUDGETS["pdd"] == {"A": 43, "B": 32} and BUDGETS["same-dc-pd"] == {"A": 88}
+
+
+def _caps(*rps):
+    return [{"throughput_within_sla_rps": v, "bound_by": "ttft"} for v in rps]
+
+
+def test_common_loads_stop_at_0_9_of_the_smaller_capacity():
+    info = common_load.loads({"best-same-dc-pd": _caps(20.0, 22.0), "best-pdd": _caps(9.0, 11.0)})
+    assert info["smaller"] == "best-pdd" and info["capacities_rps"]["best-pdd"] == 10.0
+    assert info["loads_rps"][-1] == pytest.approx(9.0) and max(info["loads_rps"]) == info["loads_rps"][-1]
+    assert info["loads_rps"][0] == pytest.approx(1.0) and info["loads_rps"] == sorted(info["loads_rps"])
+    full = common_load.loads({"a": _caps(5.0), "b": _caps(50.0)}, common_load.FULL_FRACTIONS)
+    assert full["smaller"] == "a" and len(full["loads_rps"]) == 9 and full["loads_rps"][-1] == pytest.approx(4.5)
+    with pytest.raises(AssertionError):
+        common_load.loads({"a": _caps(5.0)}, (0.1, 0.5, 1.0))  # past 0.9 is refused
+
+
+def _table(pdd_ttft):
+    rows = []
+    for i, load in enumerate((1.0, 5.0, 9.0)):
+        for seed in (0, 1):
+            rows.append({"deployment": "base", "load_rps": load, "seed": seed, "ttft_mean_ms": 100.0,
+                         "ttft_p90_ms": 200.0, "tpot_p90_ms": 50.0, "slo_attainment": 0.99})
+            rows.append({"deployment": "pdd", "load_rps": load, "seed": seed, "ttft_mean_ms": pdd_ttft[i],
+                         "ttft_p90_ms": 200.0 * pdd_ttft[i] / 100, "tpot_p90_ms": 25.0, "slo_attainment": 0.9})
+    return pd.DataFrame(rows)
+
+
+def test_common_load_words_and_rows_follow_the_sign_per_load():
+    tab = _table([80.0, 100.0, 150.0])
+    text = common_load.words(tab, "base", "pdd")
+    assert "mean TTFT against same-DC PD's is lower at 1 (-20.0 %) req/s; higher (or equal) at 5 (+0.0 %), 9 (+50.0 %)" in text
+    assert "P90 TPOT against same-DC PD's is lower at 1 (-50.0 %), 5 (-50.0 %), 9 (-50.0 %)" in text
+    assert "1: 99 vs 90 %" in text
+    flipped = common_load.words(_table([150.0, 100.0, 80.0]), "base", "pdd")
+    assert "lower at 9 (-20.0 %)" in flipped and flipped != text
+    info = {"loads_rps": [1.0, 5.0, 9.0], "fractions": [0.1, 0.5, 0.9], "smaller": "pdd",
+            "capacities_rps": {"base": 20.0, "pdd": 10.0}}
+    light, heavy = common_load.measure_rows(tab, info, "base", "pdd", light=True)
+    assert light.claim.id == "ttft_change_common_light" and light.values == pytest.approx([-20.0, -20.0])
+    assert heavy.claim.id == "ttft_change_common_heavy" and heavy.values == pytest.approx([50.0, 50.0])
+
+
+def test_regime_load_is_below_every_measured_capacity():
+    caps = {"regime-same-dc-pd": _caps(15.0, 16.0, 14.0), "regime-cross-dc-pd": _caps(9.5, 8.0, 10.0)}
+    choice = regime.choose(caps)
+    assert choice["load_rps"] == pytest.approx(0.9 * 8.0) and choice["smaller"] == "regime-cross-dc-pd"
+    assert all(choice["load_rps"] < v for vs in choice["capacities_rps"].values() for v in vs)
+    assert "7.20 req/s" in choice["text"] and "30 s" in choice["text"]
+    assert regime.capacity_overrides() == ["sla.ttft_ms=30000"]
+
+
+def test_rate_scale_offers_the_asked_load():
+    sc = load_scenario(PAPER / "same-dc-pd.yaml", ["workload.synth.requests=120"])
+    _, base = simulate_summary(sc)
+    trial = sc.model_copy(deep=True)
+    trial.workload.rate_scale = rate_scale_for(2.5, base["offered_rps"])
+    _, s = simulate_summary(trial)
+    assert s["offered_rps"] == pytest.approx(2.5, rel=1e-3)
