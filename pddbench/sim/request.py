@@ -121,5 +121,11 @@ def records_frame(reqs: list[SimRequest]) -> pd.DataFrame:
         "failed": failed,
         "failure_reason": [r or ("unfinished" if f else "") for r, f in zip(reasons, failed.tolist())],
     }
-    frame = {n: derived[n] if n in derived else cols[n] for n in RECORD_FIELDS}
+    frame = {n: derived[n] if n in derived else _column(cols[n], RECORD_FIELDS[n]) for n in RECORD_FIELDS}
     return pd.DataFrame(frame).astype(RECORD_FIELDS)
+
+
+def _column(values: list, dtype: str):
+    """Numeric and boolean columns straight to numpy (pandas inferring a list's type per column
+    was a third of this function); strings stay lists for pandas' string dtype."""
+    return np.array(values, dtype=dtype) if dtype in ("int64", "float64", "bool") else values
