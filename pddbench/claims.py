@@ -19,8 +19,9 @@ LOWER = (-100.0, 0.0)   # a relative change in %, direction only: lower
 HIGHER = (0.0, INF)     # direction only: higher
 
 _REGIME = ("the regime scenarios (scenarios/paper/regime-*.yaml, 1,500 requests) at the regime load reproduce chose "
-           "from measured capacities (pddbench/regime.py: 0.9 x the smaller of same-DC and cross-DC PD's capacity "
-           "within a 30 s P90 TTFT service bound); load and prompt sizes in the context line")
+           "from measured capacities (pddbench/regime.py: 0.9 x the smallest, over seeds, of same-DC and cross-DC "
+           "PD's capacity within a 30 s P90 TTFT service bound and of the WAN line's); load and prompt sizes in the "
+           "context line")
 _BASE = "scenarios/paper (assumed model, chips, SLA, load: see base.yaml)"
 _BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found by "
          "`pddbench optimize` on seed 0 and measured on every seed (pddbench/best_vs_best.py)")

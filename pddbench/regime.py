@@ -8,7 +8,12 @@ fixed before measuring: the article says a good token service keeps total latenc
 so each deployment's capacity here is its throughput within that service bound (P90 TTFT <= 30 s,
 the scenario's TPOT bound, the steady-state search of pddbench/capacity.py on the regime's own
 1,500-request trace, every seed), and the regime load is 0.9 x the smallest of same-DC PD's and
-naive cross-DC PD's capacities over the seeds: a busy load at which neither is unstable. The runs
+naive cross-DC PD's capacities over the seeds: a busy load at which neither is unstable.
+
+A finite trace can end before an overloaded line's backlog breaks the P90 bound (the search warns
+below 12,000 requests), so the WAN line's own capacity is a third bound: its rate over the KV
+bytes cross-DC PD shipped per request at its capacity probe (a load above it grows the line's
+queue without end, whatever the trace length). The runs
 offer it by scaling each seed's trace (the rate scale), as the capacity search did: the generator's
 own rate would make another trace (its think times do not scale)."""
 
@@ -24,16 +29,31 @@ def capacity_overrides() -> list[str]:
     return [f"sla.ttft_ms={SERVICE_BOUND_MS}"]
 
 
-def choose(caps: dict[str, list[dict]]) -> dict:
-    """The regime load from each deployment's capacity results (one per seed): FRACTION of the
-    smallest, over deployments and seeds, so that no seed of either runs past its capacity."""
+def line_capacity_rps(summary: dict, rate_gbps: float | None) -> float | None:
+    """The requests per second a WAN line of `rate_gbps` carries at the KV bytes per request of
+    `summary` (a cross-DC run); None when the line is unlimited or nothing crossed it."""
+    per_request = summary["wan_kv_bytes"] / summary["requests_total"] if summary.get("requests_total") else 0
+    return rate_gbps * 1e9 / 8 / per_request if rate_gbps and per_request else None
+
+
+def choose(caps: dict[str, list[dict]], line_rps: list[float | None] = ()) -> dict:
+    """The regime load from each deployment's capacity results (one per seed) and the WAN line's
+    capacity per seed: FRACTION of the smallest, so that no seed of either deployment, nor the
+    line, runs past its capacity."""
     per = {n: [c["throughput_within_sla_rps"] for c in caps[n]] for n in MEASURED}
-    smaller = min(MEASURED, key=lambda n: min(per[n]))
+    line = [v for v in line_rps if v]
+    if line:
+        per["the WAN line"] = line
+    smaller = min(per, key=lambda n: min(per[n]))
     load = FRACTION * min(per[smaller])
-    bound = sorted({c.get("bound_by") or "none" for c in caps[smaller]})
-    text = (f"regime load {load:.2f} req/s = {FRACTION:g} x the smallest capacity within a {SERVICE_BOUND_MS / 1000:g} s "
-            f"P90 TTFT service bound (the article's ~30 s), {min(per[smaller]):.2f} req/s ({smaller}; per seed: "
-            + "; ".join(f"{n} {', '.join(f'{v:.2f}' for v in per[n])}" for n in MEASURED)
-            + f" req/s; bound by {'/'.join(bound)}), chosen so that neither deployment runs past its capacity on any seed")
+    bound = ("line rate / KV bytes per request" if smaller == "the WAN line" else
+             "bound by " + "/".join(sorted({c.get("bound_by") or "none" for c in caps[smaller]})))
+    warn = [c["warnings"][0] for n in MEASURED for c in caps[n] if c.get("warnings")]
+    text = (f"regime load {load:.2f} req/s = {FRACTION:g} x the smallest capacity, {min(per[smaller]):.2f} req/s "
+            f"({smaller}, {bound}), of same-DC and cross-DC PD within a {SERVICE_BOUND_MS / 1000:g} s P90 TTFT "
+            f"service bound (the article's ~30 s) and of the WAN line; per seed: "
+            + "; ".join(f"{n} {', '.join(f'{v:.2f}' for v in per[n])}" for n in per)
+            + " req/s; chosen so that neither deployment nor the line runs past its capacity on any seed"
+            + (f" (the capacity search warns: {warn[0]})" if warn else ""))
     return {"load_rps": round(load, 4), "fraction": FRACTION, "service_bound_ms": SERVICE_BOUND_MS,
             "capacities_rps": per, "smaller": smaller, "text": text}

@@ -218,6 +218,20 @@ def fill_reused(results: dict, best: dict, plan: dict, seeds: int) -> None:
                 results[("capacity", mname, seed)] = results[("capacity", src, seed)]
 
 
+def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
+    """Per seed, the WAN line's capacity in req/s at the KV bytes per request cross-DC PD shipped
+    at its regime capacity probe (pddbench/regime.py)."""
+    from netem.link_model import effective_rate_gbps
+
+    out = []
+    for seed in range(cfg.seeds):
+        res = results[("regime_capacity", "regime-cross-dc-pd", seed)]
+        sc = _variant("regime-cross-dc-pd", seed, cfg)
+        rate = effective_rate_gbps(sc.network.wan_profile(), lines=sc.network.wan_lines)
+        out.append(regime.line_capacity_rps(res["summary"], rate) if res.get("summary") else None)
+    return out
+
+
 def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict, loads: dict) -> list[tuple[tuple, object]]:
     """The runs that need measured capacities: the regime variants at the regime load, and both
     best splits at every common load (each seed's rate scale from its own trace's rate)."""
@@ -304,7 +318,8 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
         fill_reused(results, best, plan, cfg.seeds)
         per_seed = lambda kind, n: [results[k]["capacity"] for k in sorted(k for k in results if k[:2] == (kind, n))]
-        regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED})
+        regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED},
+                                    regime_line_capacities(cfg, results))
         loads = common_load.loads({n: per_seed("capacity", n) for n in COMMON},
                                   common_load.FULL_FRACTIONS if cfg.full else common_load.LIGHT_FRACTIONS)
         console.print(f"  {regime_load['text']}; common loads {loads['loads_rps']} req/s", highlight=False)

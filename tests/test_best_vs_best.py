@@ -92,6 +92,13 @@ def test_regime_load_is_below_every_measured_capacity():
     assert choice["load_rps"] == pytest.approx(0.9 * 8.0) and choice["smaller"] == "regime-cross-dc-pd"
     assert all(choice["load_rps"] < v for vs in choice["capacities_rps"].values() for v in vs)
     assert "7.20 req/s" in choice["text"] and "30 s" in choice["text"]
+    # the WAN line's own capacity bounds it too: 10 Gbit/s at 250 MB of KV per request is 5 req/s
+    line = regime.line_capacity_rps({"wan_kv_bytes": 250e6 * 100, "requests_total": 100}, 10.0)
+    assert line == pytest.approx(5.0)
+    by_line = regime.choose(caps, [line, 6.0, None])
+    assert by_line["load_rps"] == pytest.approx(4.5) and by_line["smaller"] == "the WAN line"
+    assert "line rate / KV bytes per request" in by_line["text"]
+    assert regime.line_capacity_rps({"wan_kv_bytes": 0, "requests_total": 10}, 10.0) is None  # nothing crossed
     assert regime.capacity_overrides() == ["sla.ttft_ms=30000"]
 
 

@@ -32,7 +32,7 @@ def common_load_figure(tab: pd.DataFrame, labels: dict[str, str], title: str, sl
         ax.set_xlabel("offered load (req/s), same on both sides")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize="x-small")
-    fig.suptitle(f"{title}; SLA P{sla.get('percentile', 90):g} TTFT {sla['ttft_ms'] / 1000:g} s / TPOT "
+    fig.suptitle(f"{title}\nSLA P{sla.get('percentile', 90):g} TTFT {sla['ttft_ms'] / 1000:g} s / TPOT "
                  f"{sla['tpot_ms']:g} ms (line: mean over seeds, band: min..max)", fontsize="medium")
     save_figure(fig, path)
     return path
