@@ -2,8 +2,9 @@
 value over several seeds (mean and spread), a verdict and what it depends on.
 
 A claim is compared in one of three ways: `value` (the simulated value must lie within a stated
-tolerance of the article's), `change` (a relative change: the sign must agree, and the size
-within the tolerance for "reproduced"), or `range` (the simulated value must fall inside the
+tolerance of the article's), `change` (a relative change: the sign must agree on every seed for
+"same sign only", so a change that straddles zero across seeds is "not reproduced", and the size
+must be within the tolerance for "reproduced"), or `range` (the simulated value must fall inside the
 article's range). A claim with no simulated value is "not measurable", with the reason."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Row:
 
     @property
     def verdict(self) -> Verdict:
-        return verdict(self.claim, self.mean)
+        return verdict(self.claim, self.mean, self.spread)
 
     def to_json(self) -> dict:
         return {**asdict(self.claim), "simulated_mean": self.mean, "simulated_spread": self.spread,
@@ -53,7 +54,8 @@ class Row:
                 "note": self.note}
 
 
-def verdict(claim: Claim, sim: float | None) -> Verdict:
+def verdict(claim: Claim, sim: float | None, spread: tuple[float, float] | None = None) -> Verdict:
+    """`spread`: the lowest and highest value over seeds (a sign is only claimed if all agree)."""
     if sim is None or claim.article is None:
         return "not measurable"
     if claim.kind == "range":
@@ -62,7 +64,8 @@ def verdict(claim: Claim, sim: float | None) -> Verdict:
     art = float(claim.article)  # type: ignore[arg-type]
     if abs(sim - art) <= claim.tolerance:
         return "reproduced"
-    if claim.kind == "change" and sim * art > 0:
+    lo, hi = spread or (sim, sim)
+    if claim.kind == "change" and sim * art > 0 and lo * art > 0 and hi * art > 0:
         return "same sign only"
     return "not reproduced"
 

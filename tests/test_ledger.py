@@ -9,6 +9,9 @@ def test_verdicts():
     change = Claim("ttft", "TTFT", -51.5, "%", "change", tolerance=10)
     assert verdict(change, -45.0) == "reproduced"
     assert verdict(change, -20.0) == "same sign only"
+    assert verdict(change, -20.0, (-25.0, -15.0)) == "same sign only"
+    # a mean on the article's side with seeds on both sides of zero is no sign at all
+    assert verdict(change, -0.4, (-0.8, +0.9)) == "not reproduced"
     assert verdict(change, +7.0) == "not reproduced"
     assert verdict(change, None) == "not measurable"
     rng = Claim("cost", "cost", (-7.1, -3.5), "%", "range")
