@@ -81,6 +81,9 @@ def _prefill_row(new: int, cached: int, ms: float) -> dict:
 
 
 BODY_CHECK_TOKENS = (16, 64)  # prefills timed both ways (PD body and plain), to see what the PD body costs P
+# (name, PD body, pause before, s): back to back as the calibration times, and after an idle second
+# as live requests mostly arrive (does an engine that waited answer slower?)
+BODY_CHECK_WAYS = (("pd", True, 0.0), ("plain", False, 0.0), ("pd_after_idle_1s", True, 1.0))
 
 
 async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab: tuple[int, int] = (16, 1024),
@@ -105,10 +108,11 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
                 rows.append(_prefill_row(n, cached, await prefill(context[:cached] + fresh)))
             if body_check is not None:
                 for n in BODY_CHECK_TOKENS:
-                    for k, pd_body in enumerate((True, False)):
-                        prompt = _prompt(seed + 30_000 + n * 10 + r * 2 + k, n, *vocab)
+                    for k, (body, pd_body, pause) in enumerate(BODY_CHECK_WAYS):
+                        await asyncio.sleep(pause)
+                        prompt = _prompt(seed + 30_000 + n * 10 + r * 4 + k, n, *vocab)
                         ms = await _prefill_ms(session, prefill_url, model, prompt, pd_body)
-                        body_check.append({"body": "pd" if pd_body else "plain", "tokens": n, "step_ms": round(ms, 3)})
+                        body_check.append({"body": body, "tokens": n, "step_ms": round(ms, 3)})
         for b, ctx in DECODE_SHAPES:
             streams = await asyncio.gather(*(
                 _stream_times(session, decode_url, model, _prompt(seed + 50_000 + ctx + b * 100 + i, ctx, *vocab),
