@@ -155,6 +155,52 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
     return rows
 
 
+BUSY_TRANSFER_TOKENS = 512  # the busy check's transfer: a few blocks, like most live requests'
+BUSY_PREFILL_TOKENS = 2048   # what keeps P computing during the "p_busy" pulls
+BUSY_DECODE_STREAMS = 2      # what keeps D decoding during the "d_busy" pulls
+
+
+async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str = "tiny",
+                                 vocab: tuple[int, int] = (16, 1024), reps: int = 3,
+                                 seed: int = 95_000) -> list[dict]:
+    """The P -> D pull of a BUSY_TRANSFER_TOKENS prompt in three engine states: both idle (what
+    measure_kv_transfer times), P computing another prompt's prefill, D decoding other streams.
+    Live, transfers happen in all three; the twin's link has one speed. Rows: state, transfer_ms."""
+    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
+
+    rows = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def one(state: str, k: int) -> None:
+            body = {"model": model, "prompt": _prompt(seed + k, BUSY_TRANSFER_TOKENS, *vocab), "temperature": 0.0}
+            async with session.post(prefill_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
+                resp.raise_for_status()
+                kv = (await resp.json())["kv_transfer_params"]
+            load = None
+            if state == "p_busy":
+                load = asyncio.ensure_future(_prefill_ms(session, prefill_url, model,
+                                                         _prompt(seed + 500 + k, BUSY_PREFILL_TOKENS, *vocab)))
+            elif state == "d_busy":
+                load = asyncio.gather(*(_stream_times(session, decode_url, model,
+                                                      _prompt(seed + 1000 + k * 10 + i, 32, *vocab), 64)
+                                        for i in range(BUSY_DECODE_STREAMS)))
+            if load is not None:
+                await asyncio.sleep(0.3)  # P inside its prefill / D's streams decoding
+            t0 = time.monotonic()
+            async with session.post(decode_url + "/v1/completions",
+                                    json=one_token_body(body, kv_transfer_params=kv)) as resp:
+                await resp.read()
+                resp.raise_for_status()
+            rows.append({"state": state, "tokens": BUSY_TRANSFER_TOKENS,
+                         "transfer_ms": round((time.monotonic() - t0) * 1000, 3)})
+            if load is not None:
+                await load
+
+        for r in range(reps):
+            for j, state in enumerate(("idle", "p_busy", "d_busy")):
+                await one(state, r * 3 + j)
+    return rows
+
+
 def fit_link(rows: list[dict]) -> dict:
     """transfer_ms = delay_ms + kv_bytes / rate, fitted to the median of each size (one slow
     outlier must not move the line) -> a link profile for the twin. A flat or falling line means
@@ -181,7 +227,8 @@ async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int,
     steps = await measure(prefill_url, decode_url, vocab=vocab, remote_decode=bool(kv_bytes_per_token), body_check=check)
     xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
         if kv_bytes_per_token else None
-    return steps, xfer, check
+    busy = await measure_busy_transfers(prefill_url, decode_url, vocab=vocab) if kv_bytes_per_token else None
+    return steps, xfer, check, busy
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -200,7 +247,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
     p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
     a = p.parse_args(argv)
-    steps, xfer, check = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
+    steps, xfer, check, busy = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
+    if busy:  # what the engines' state does to a pull (not used by the twin's one-speed link)
+        write_text(Path(a.out) / "kv_transfer_busy_check.csv", to_csv(busy, ["state", "tokens", "transfer_ms"]))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
     if check:
         write_text(Path(a.out) / "prefill_body_check.csv", to_csv(check, ["body", "tokens", "step_ms"]))
