@@ -135,6 +135,13 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         for _ in range(section_rounds(iterations, k)):
             mids = [(lo * (k + 1 - j) + hi * j) / (k + 1) for j in range(1, k + 1)]
             lo, hi = split(mids, run(mids), lo, hi)
+    return _result(sc, probes, summaries, lo, hi, base, k, min_requests), summaries
+
+
+
+def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: float | None, hi: float | None,
+            base: float, k: int, min_requests: int) -> dict:
+    """capacity.json: the highest steady rate that held, what bound it, and how exact it is."""
     best = max((p for p in probes if p["sla_holds"]), key=lambda p: p["offered_rps"] or 0, default=None)
     thr = best["offered_rps"] if best else 0.0
     cost = probes[0]["cost_per_hour"]
@@ -165,8 +172,7 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         "resolution_rate_scale": round((hi - lo) * base, 6) if lo is not None and hi is not None else None,
         "probes": sorted(probes, key=lambda p: p["rate_scale"]),
     }
-    return result, summaries
-
+    return result
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, probes_per_round: int = 1,
