@@ -133,8 +133,8 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
                               vocab: tuple[int, int] = (16, 1024), reps: int = 3, seed: int = 90_000) -> list[dict]:
     """P -> D KV transfer through the connector: P prefills an uncached prompt with
     do_remote_decode; the time from then until D answers a one-token request with P's
-    kv_transfer_params is the pull plus one decode step (measured separately and subtracted
-    by the fit's intercept)."""
+    kv_transfer_params is the pull plus D's one-token step (`pddbench fidelity` subtracts D's
+    calibrated batch-1 step from the fitted fixed part, since the twin simulates that step)."""
     from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
