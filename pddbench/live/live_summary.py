@@ -22,6 +22,15 @@ def _link_facts(calibration: dict | None) -> dict:
     return {"netem_backend": calibration.get("backend"), "link_calibration_valid": calibration.get("valid")}
 
 
+def _within(path: str, run_dir: Path) -> str:
+    """A path inside the run folder, relative to it: a summary names no machine's directories
+    (baselines are shipped; the tiny model is built in the run folder)."""
+    try:
+        return str(Path(path).resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return path
+
+
 def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
                  model_dir: str, load: dict | None = None) -> dict:
     """Move the replay's records to the run folder, summarise them and write summary.json (and
@@ -34,10 +43,10 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
                         sla_percentile_q=sc.sla.percentile)
     summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
     summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
-                    "link_calibration": calibration, "model_dir": model_dir, "cost_per_hour": None,
+                    "link_calibration": calibration, "model_dir": _within(model_dir, run_dir), "cost_per_hour": None,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
-                                 "preload": e.preload_list()} for e in specs],
+                                 "preload": [Path(lib).name for lib in e.preload_list()]} for e in specs],
                     "provenance": provenance(**_link_facts(calibration))})
     # live.load: the capacity measured before the replay and the rate it gave; else the fixed rate
     load = load or {}
