@@ -17,7 +17,7 @@ class LatencyConfig(BaseModel):
     prefill_overhead_ms: float = Field(4.0, ge=0, description="fixed cost per prefill step (scheduling, comms)")
     decode_overhead_ms: float = Field(3.0, ge=0, description="fixed cost per decode step")
     calibration_csv: str | None = Field(
-        None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms")
+        None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms (and optionally cached_tokens)")
 
 
 class LiveConfig(BaseModel):

@@ -61,7 +61,7 @@ def test_same_dc_pd_decoder_receives_kv(tiny, tmp_path):
     assert (rec["prefill_end_ms"] > rec["arrival_ms"]).all() and (rec["prefill_end_ms"] < rec["first_token_ms"]).all()
     # the simulator's twin on the same requests, with step times measured on these engines
     calib = (tmp_path / "run" / "engine_calibration.csv").read_text().splitlines()
-    assert calib[0] == "phase,tokens,attn_pairs,batch,kv_tokens,step_ms"
+    assert calib[0] == "phase,tokens,attn_pairs,batch,kv_tokens,step_ms,cached_tokens"
     assert sum(r.startswith("prefill,") for r in calib) >= 5 and sum(r.startswith("decode,") for r in calib) >= 3
     res = run_cli("fidelity", tmp_path / "run", "--out", tmp_path / "fid", timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

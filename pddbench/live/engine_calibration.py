@@ -1,7 +1,8 @@
 """Step times of real engines, for the simulator's calibrated latency model
 (pddbench/sim/latency.py, `Calibrated`): prefill time against prompt length on P, decode step time
 against batch size and context on D. Rows use the CSV columns the model fits:
-phase,tokens,attn_pairs,batch,kv_tokens,step_ms.
+phase,tokens,attn_pairs,batch,kv_tokens,step_ms, and cached_tokens (the prefix a prefill extends;
+read by people, not by the fit).
 
 Prefill: prompts with max_tokens 1, time to the response (so the HTTP hop is included, as it is in
 every live TTFT); with a separate decoder, asked as the PD front asks P (do_remote_decode: P keeps
