@@ -138,7 +138,6 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
     return _result(sc, probes, summaries, lo, hi, base, k, min_requests), summaries
 
 
-
 def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: float | None, hi: float | None,
             base: float, k: int, min_requests: int) -> dict:
     """capacity.json: the highest steady rate that held, what bound it, and how exact it is."""
@@ -173,6 +172,7 @@ def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: 
         "probes": sorted(probes, key=lambda p: p["rate_scale"]),
     }
     return result
+
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, probes_per_round: int = 1,

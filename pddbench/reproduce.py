@@ -343,7 +343,7 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
 
     _comparisons(folders, plan, out)
 
-    axes = [a for a in grid]
+    axes = list(grid)
     words = {"throughput_change_pct": describe_map(sens, axes, "throughput_change_pct", "PDD's throughput-within-SLA gain"),
              "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative")}
     write_json(out / "map" / "map.json", {"axes": grid, "points": sens.to_dict(orient="records"), "words": words})
