@@ -25,9 +25,8 @@ import asyncio
 import statistics
 import time
 
-import aiohttp
-
 from pddbench.live.sse import DONE, SSEParser
+from pddbench.live.upstream import engine_session, post
 
 # uncached prompt lengths: many small ones (the trace's typical extend) up to the longest the live traces have
 PREFILL_TOKENS = (16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096, 6144)
@@ -55,8 +54,8 @@ async def _prefill_ms(session, url: str, model: str, prompt: list[int], remote_d
 
     body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
     t0 = time.monotonic()
-    async with session.post(url + "/v1/completions",
-                            json=remote_decode_prefill_body(body) if remote_decode else body) as resp:
+    async with await post(session, url + "/v1/completions",
+                          remote_decode_prefill_body(body) if remote_decode else body) as resp:
         await resp.read()
         resp.raise_for_status()
     return (time.monotonic() - t0) * 1000
@@ -66,7 +65,7 @@ async def _stream_times(session, url: str, model: str, prompt: list[int], n: int
     body = {"model": model, "prompt": prompt, "max_tokens": n, "min_tokens": n, "ignore_eos": True,
             "temperature": 0.0, "stream": True}
     times, parser = [], SSEParser()
-    async with session.post(url + "/v1/completions", json=body) as resp:
+    async with await post(session, url + "/v1/completions", body) as resp:
         resp.raise_for_status()
         async for chunk in resp.content.iter_any():
             now = time.monotonic()
@@ -94,7 +93,7 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
     the KV for a remote decoder); `body_check`, when given, gets rows timing BODY_CHECK_TOKENS
     both ways (body: pd | plain)."""
     rows = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+    async with engine_session(total_timeout_s=600) as session:
         async def prefill(prompt: list[int]) -> float:
             return await _prefill_ms(session, prefill_url, model, prompt, remote_decode)
 
@@ -139,16 +138,16 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
     from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+    async with engine_session(total_timeout_s=600) as session:
         for n in TRANSFER_TOKENS:
             for r in range(reps):
                 body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
-                async with session.post(prefill_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
+                async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
                     resp.raise_for_status()
                     kv = (await resp.json())["kv_transfer_params"]
                 t0 = time.monotonic()
-                async with session.post(decode_url + "/v1/completions",
-                                        json=one_token_body(body, kv_transfer_params=kv)) as resp:
+                async with await post(session, decode_url + "/v1/completions",
+                                      one_token_body(body, kv_transfer_params=kv)) as resp:
                     await resp.read()
                     resp.raise_for_status()
                 rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token,
@@ -170,10 +169,10 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
     from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+    async with engine_session(total_timeout_s=600) as session:
         async def one(state: str, k: int) -> None:
             body = {"model": model, "prompt": _prompt(seed + k, BUSY_TRANSFER_TOKENS, *vocab), "temperature": 0.0}
-            async with session.post(prefill_url + "/v1/completions", json=remote_decode_prefill_body(body)) as resp:
+            async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
                 resp.raise_for_status()
                 kv = (await resp.json())["kv_transfer_params"]
             load = None
@@ -187,8 +186,8 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
             if load is not None:
                 await asyncio.sleep(0.3)  # P inside its prefill / D's streams decoding
             t0 = time.monotonic()
-            async with session.post(decode_url + "/v1/completions",
-                                    json=one_token_body(body, kv_transfer_params=kv)) as resp:
+            async with await post(session, decode_url + "/v1/completions",
+                                  one_token_body(body, kv_transfer_params=kv)) as resp:
                 await resp.read()
                 resp.raise_for_status()
             rows.append({"state": state, "tokens": BUSY_TRANSFER_TOKENS,

@@ -1,4 +1,4 @@
-"""The fronts' (PD proxy, PDD router) HTTP client to vLLM engines."""
+"""The HTTP client to vLLM engines: the fronts' (PD proxy, PDD router) and the engine calibration's."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import aiohttp
 IDLE_CONNECTION_S = 2.0
 
 
-def engine_session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
+def engine_session(total_timeout_s: float = 3600) -> aiohttp.ClientSession:
+    """Every client of an engine (the fronts, the engine calibration) uses this one: the short
+    idle time keeps it off connections vLLM is about to close."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=total_timeout_s),
                                  connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_CONNECTION_S))
 
 
