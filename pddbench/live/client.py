@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from pddbench.live.sse import DONE, SSEError, SSEParser
+from pddbench.live.upstream import IDLE_CONNECTION_S
 from pddbench.records import derive_latencies
 
 
@@ -157,7 +158,9 @@ class ReplayClient:
         was measured when the run is interrupted."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10)
         limit = concurrency or self.max_connections
-        connector = aiohttp.TCPConnector(limit=limit, force_close=False, enable_cleanup_closed=True)
+        # a colocated run's front is vLLM itself: let idle connections go before it closes them
+        connector = aiohttp.TCPConnector(limit=limit, force_close=False, enable_cleanup_closed=True,
+                                         keepalive_timeout=IDLE_CONNECTION_S)
         if outcomes is None:
             outcomes = []
         outcomes[:] = [Outcome(r) for r in reqs]
