@@ -1,6 +1,6 @@
 """Sweep scaling: points per second of a small capacity sweep (8 points, 1,000 requests per probe) at
 -j 1 (in this process), -j 2 (process pool) and on a local Ray runtime. `make bench` runs it;
-`python benchmarks/test_bench_sweep.py [ROUNDS]` prints the table the README quotes, including
+`python benchmarks/test_bench_sweep.py [ROUNDS] [REQUESTS]` prints the table the README quotes, including
 start-up: efficiency = (points/s at -j 2) / (2 x points/s at -j 1); Ray per-point overhead =
 (wall x workers - the points' own time) / points."""
 
@@ -18,7 +18,7 @@ SWEEP = """\
 base: paper/pdd
 measure: capacity
 capacity: {iterations: 4}
-set: [workload.synth.requests=1000]
+set: [workload.synth.requests={requests}]
 axes:
   network.wan: [cross-city-10g, cross-city-100g]
   sla.tpot_ms: [70, 80, 90, 100]
@@ -26,13 +26,13 @@ axes:
 BACKENDS = {"j1": (1, None), "j2": (2, None), "ray": (2, "")}
 
 
-def run_once(backend: str) -> dict:
+def run_once(backend: str, requests: int = 1000) -> dict:
     from pddbench.sweep.run import run_sweep
 
     jobs, ray = BACKENDS[backend]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        path.write_text(SWEEP)
+        path.write_text(SWEEP.replace("{requests}", str(requests)))
         started = time.perf_counter()
         out = run_sweep(path, out=Path(tmp) / "out", jobs=jobs, ray=ray)
         wall = time.perf_counter() - started
@@ -54,9 +54,10 @@ def test_sweep_scaling(benchmark, backend):
 
 if __name__ == "__main__":
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    requests = int(sys.argv[2]) if len(sys.argv) > 2 else 1000  # per probe: longer points amortise start-up
     import os
 
-    rows = {b: [run_once(b) for _ in range(rounds)] for b in BACKENDS}
+    rows = {b: [run_once(b, requests) for _ in range(rounds)] for b in BACKENDS}
     best = {b: max(r, key=lambda x: x["points_per_s"]) for b, r in rows.items()}
     for b, r in rows.items():
         print(b, "points/s per round:", [x["points_per_s"] for x in r], "best wall", best[b]["wall_s"], "s")

@@ -112,7 +112,9 @@ def map_heatmaps(df: pd.DataFrame, axes: list[str], metric: str, title: str, pat
             grid[ys.index(r[y]), xs.index(r[x])] = r[metric]
         im = ax.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto", origin="lower")
         for (i, j), val in np.ndenumerate(grid):
-            ax.text(j, i, "-" if np.isnan(val) else f"{val:+.0f}", ha="center", va="center", fontsize="small")
+            dark = not np.isnan(val) and abs(val) > 0.6 * lim  # white on the deep colours
+            ax.text(j, i, "-" if np.isnan(val) else f"{val:+.0f}", ha="center", va="center", fontsize="small",
+                    color="white" if dark else "black")
         ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize="x-small")
         ax.set_yticks(range(len(ys)), [str(v) for v in ys], fontsize="x-small")
         ax.set_xlabel(_name(x), fontsize="small")
@@ -122,9 +124,11 @@ def map_heatmaps(df: pd.DataFrame, axes: list[str], metric: str, title: str, pat
         ax.grid(False)
     for ax in list(axs.flat)[len(groups):]:
         ax.axis("off")
+    height_in = fig.get_size_inches()[1]
+    # the colour bar gets its own strip right of the panels (placed by the grid, it covered the last column)
+    fig.subplots_adjust(wspace=0.6, hspace=0.6, right=0.88, top=1 - 1.5 / height_in)
     if im is not None:
-        fig.colorbar(im, ax=axs, shrink=0.6, label=f"{metric} (blue: positive)")
-    fig.suptitle(title)
-    fig.subplots_adjust(wspace=0.6, hspace=0.6)
+        fig.colorbar(im, cax=fig.add_axes([0.91, 0.3, 0.015, 0.4]), label=f"{metric} (blue: positive)")
+    fig.suptitle(title, y=1 - 0.3 / height_in)
     save_figure(fig, path)
     return path
