@@ -295,3 +295,24 @@ def test_interrupted_or_invalid_runs_are_refused(base_records, tmp_path):
         summary.write_text(json.dumps({**doc, key: value}))
         res = run_cli("gate", cand, "--baseline", base, "--history", tmp_path / "h")
         assert res.returncode == 2 and why in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_nightly_bench_names_the_cpus_of_baseline_and_run(tmp_path):
+    """A benchmark baseline from another CPU is named as such (timings do not compare across
+    CPUs), not reported as a slowdown of the code: bench_cpus finds both brands."""
+    from pddbench.gate.nightly import bench_cpus
+
+    def saved(folder, name, brand):
+        path = folder / "Linux-CPython-3.11-64bit" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"machine_info": {"cpu": {"brand_raw": brand}}, "benchmarks": []}))
+
+    base, store = tmp_path / "base", tmp_path / "store"
+    saved(base, "0001_baseline.json", "AMD EPYC")
+    saved(store, "0001_baseline.json", "AMD EPYC")
+    saved(store, "0002_run.json", "Intel(R) Xeon(R) Processor")
+    assert bench_cpus(base, store) == ["AMD EPYC", "Intel(R) Xeon(R) Processor"]
+    saved(store, "0002_run.json", "AMD EPYC")
+    assert bench_cpus(base, store) == ["AMD EPYC", "AMD EPYC"]
+    (store / "Linux-CPython-3.11-64bit" / "0002_run.json").write_text("{not json")
+    assert bench_cpus(base, store) == ["AMD EPYC"]

@@ -13,6 +13,7 @@ results/baselines` and commit."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -110,7 +111,29 @@ def part_bench(s: Suite, cfg: dict) -> None:
     failure = None if res.returncode == 0 else (
         "benchmark slower than the stored baseline beyond " + cfg.get("compare_fail", "min:20%")
         if "Performance has regressed" in text else f"benchmarks failed (exit {res.returncode})")
+    cpus = bench_cpus(base, store)
+    if failure and len(cpus) == 2 and cpus[0] != cpus[1]:
+        # as the live gate: timings do not compare across CPUs (pytest-benchmark keys its store by OS
+        # and Python only), so a slower result on another CPU is not a regression of the code
+        failure = (f"benchmark baseline measured on {cpus[0]!r}, this host is {cpus[1]!r}: timings do not compare "
+                   "across CPUs; make a baseline here (make nightly NIGHTLY_ARGS='--update-baselines --only bench')")
     s.case("bench", "benchmarks", failure, _tail(text))
+
+
+def bench_cpus(base: Path, store: Path) -> list[str]:
+    """The CPU brand of the stored baseline and of the run just saved beside it in `store`
+    (pytest-benchmark's machine_info); fewer than two when either is missing."""
+    def brand(path: Path) -> str | None:
+        try:
+            return json.loads(path.read_text())["machine_info"]["cpu"]["brand_raw"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    baseline = {p.name for p in base.rglob("*.json")}
+    runs = sorted(store.rglob("*.json"), key=lambda p: p.name)
+    old = next((brand(p) for p in runs if p.name in baseline), None)
+    new = next((brand(p) for p in reversed(runs) if p.name not in baseline), None)
+    return [b for b in (old, new) if b is not None]
 
 
 def _live_ready(needs_root: bool) -> str | None:
