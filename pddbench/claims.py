@@ -22,6 +22,9 @@ _REGIME = ("the regime scenarios (scenarios/paper/regime-*.yaml, 1,500 requests)
            "from measured capacities (pddbench/regime.py: 0.9 x the smallest, over seeds, of same-DC and cross-DC "
            "PD's capacity within a 30 s P90 TTFT service bound and of the WAN line's); load and prompt sizes in the "
            "context line")
+_LADDER = ("the regime scenarios on the load ladder (pddbench/regime.py): 0.5, 0.7, 0.9, 1.0, 1.2 x same-DC PD's "
+           "regime capacity (the smallest over seeds, within the 30 s P90 TTFT service bound); cross-DC PD on enough WAN "
+           "lines that the top rung keeps them at most 0.9 busy; rungs and loads in the context line")
 _BASE = "scenarios/paper (assumed model, chips, SLA, load: see base.yaml)"
 _BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found by "
          "`pddbench optimize` on seed 0 and measured on every seed (pddbench/best_vs_best.py)")
@@ -41,6 +44,10 @@ CLAIMS: list[Claim] = [
     Claim("cross_dc_ttft_p50", "naive cross-DC PD P50 TTFT", 6.7, "s", "value", 2.0, _REGIME),
     Claim("cross_dc_ttft_p50_inflation", "naive cross-DC P50 TTFT inflation over same-DC", 2.5, "s", "value", 1.0,
           _REGIME),
+    Claim("same_dc_ttft_p50_at_capacity", "same-DC PD P50 TTFT at its capacity (the busiest stable load)", 4.2, "s",
+          "value", 1.5, _LADDER),
+    Claim("cross_dc_ttft_p50_inflation_seconds", "naive cross-DC P50 TTFT inflation where same-DC P50 is seconds "
+          "(the lightest such stable load, line not the bottleneck)", 2.5, "s", "value", 1.0, _LADDER),
     Claim("cross_dc_ttft_p90", "naive cross-DC PD P90 TTFT", 18.3, "s", "value", 5.0, _REGIME),
     Claim("cross_dc_ttft_p99", "naive cross-DC PD P99 TTFT", 29.7, "s", "value", 8.0, _REGIME),
     Claim("wan_kv_latency_low", "per-request WAN KV latency, low end (median)", 1.0, "s", "value", 0.75,

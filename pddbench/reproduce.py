@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pddbench import best_vs_best as bvb
-from pddbench import common_load
+from pddbench import common_load, regime
 from pddbench.claim_rows import change as _chg
 from pddbench.claim_rows import row as _row
 from pddbench.claims import CLAIMS
@@ -83,9 +83,8 @@ def measure_naive_cross_dc(s: dict, regime_load: dict) -> list[Row]:
     q = lambda runs, p: [r["ttft_ms"][p] / 1000 for r in runs]
     wan = lambda p: [r["wan_kv_ms"][p] / 1000 if r["wan_kv_ms"].get(p) is not None else None for r in cross]
     p50 = sum(q(same, "p50")) / len(same)
-    reach = (f" At this load same-DC PD's P50 TTFT is {p50:.2f} s, not seconds: {regime_load['smaller']} reaches "
-             "its capacity before same-DC PD queues, so the article's regime (seconds of same-DC TTFT) cannot be "
-             "reached under these assumptions without running past a capacity." if p50 < 1.0 else "")
+    reach = (f" At this load same-DC PD's P50 TTFT is {p50:.2f} s, not seconds: {regime_load['smaller']} bounds the "
+             "load before same-DC PD queues; the load-ladder rows ask whether any stable load gets there." if p50 < 1.0 else "")
     return [_row("same_dc_ttft_p50", q(same, "p50"), f"{regime_load['text']}; the load was not chosen by looking "
                  "at any TTFT." + reach),
             _row("cross_dc_ttft_p50", q(cross, "p50"), "WAN KV demand "
@@ -94,6 +93,26 @@ def measure_naive_cross_dc(s: dict, regime_load: dict) -> list[Row]:
             _row("cross_dc_ttft_p50_inflation", [c - b for c, b in zip(q(cross, "p50"), q(same, "p50"))]),
             _row("cross_dc_ttft_p90", q(cross, "p90")), _row("cross_dc_ttft_p99", q(cross, "p99")),
             _row("wan_kv_latency_low", wan("p50")), _row("wan_kv_latency_high", wan("p99"))]
+
+
+def ladder_rungs(results: dict, plan: dict, seeds: int) -> list[dict]:
+    """The load ladder's rungs that ran (none when same-DC PD's capacity was 0), one row each."""
+    same, cross = regime.MEASURED
+    ran = [i for i in range(len(plan["loads_rps"])) if ("ladder", same, i, 0) in results]
+    runs = lambda n, i: [results[("ladder", n, i, k)]["summary"] for k in range(seeds)]
+    sub = {**plan, "fractions": [plan["fractions"][i] for i in ran], "loads_rps": [plan["loads_rps"][i] for i in ran]}
+    return regime.ladder_table([runs(same, i) for i in ran], [runs(cross, i) for i in ran], sub)
+
+
+def measure_ladder(rungs: list[dict], words: str) -> list[Row]:
+    """Same-DC PD's median at its capacity, and the naive cross-DC inflation at the lightest stable
+    load where same-DC PD's median is seconds (none: not measurable, and why)."""
+    at_cap = next((r for r in rungs if r["fraction"] == 1.0), None)
+    hit = regime.seconds_rung(rungs)
+    why = "" if hit else (" No stable rung gives same-DC PD a median of seconds, so there is no such load to "
+                          "measure the inflation at." if rungs else " No ladder ran: same-DC PD's regime capacity was 0.")
+    return [_row("same_dc_ttft_p50_at_capacity", at_cap["same_dc_p50_s_per_seed"] if at_cap else [], words),
+            _row("cross_dc_ttft_p50_inflation_seconds", hit["p50_inflation_s"] if hit else [], words + why)]
 
 
 def measure_drc(s: dict) -> list[Row]:
@@ -271,7 +290,7 @@ def analyse_traces(out: Path, cfg: Settings) -> dict:
     return overview
 
 
-def operating_point(s: dict, traces: dict, cfg: Settings, regime_load: dict) -> dict:
+def operating_point(s: dict, traces: dict, cfg: Settings, regime_load: dict, ladder: dict) -> dict:
     """The load and prompt sizes every figure rests on, and the naive cross-DC inflation."""
     g = traces["agentic-pdd-like"]
     inflation = {}
@@ -286,7 +305,8 @@ def operating_point(s: dict, traces: dict, cfg: Settings, regime_load: dict) -> 
             "regime_requests": s["regime-same-dc-pd"][0]["requests_total"], "regime_choice": regime_load,
             "input_tokens": {k: g["input_length"][k] for k in ("p50", "p90", "p99")},
             "output_tokens": {k: g["output_length"][k] for k in ("p50", "p90")},
-            "mean_hit_rate": round(g["mean_hit_rate"], 3), "sla": s["pdd"][0]["sla"], "naive_cross_dc": inflation}
+            "mean_hit_rate": round(g["mean_hit_rate"], 3), "sla": s["pdd"][0]["sla"], "naive_cross_dc": inflation,
+            "load_ladder": ladder}
 
 
 def context_line(op: dict, cfg: Settings) -> str:
@@ -300,14 +320,16 @@ def context_line(op: dict, cfg: Settings) -> str:
             f"{op['regime_load_rps']} req/s ({op['regime_requests']:,} requests; {op['regime_choice']['text']}); SLA P{sla.get('percentile', 90):g} TTFT "
             f"{sla.get('ttft_ms', 0) / 1000:g} s, TPOT {sla.get('tpot_ms', 0):g} ms. Naive cross-DC TTFT p50/p90/p99 (s): "
             f"base load same-DC {fmt(inf['base'], 'same_dc')} -> cross-DC {fmt(inf['base'], 'cross_dc')}; regime same-DC "
-            f"{fmt(inf['regime'], 'same_dc')} -> cross-DC {fmt(inf['regime'], 'cross_dc')}. Assumptions: "
-            "scenarios/paper/*.yaml; verdict tolerances: pddbench/claims.py.")
+            f"{fmt(inf['regime'], 'same_dc')} -> cross-DC {fmt(inf['regime'], 'cross_dc')}. {op['load_ladder']['words']} "
+            "Assumptions: scenarios/paper/*.yaml; verdict tolerances: pddbench/claims.py.")
 
 
-def ledger_rows(s: dict, cap: dict, tub, cfg: Settings, regime_load: dict, comparison: list[Row]) -> tuple[list[Row], dict]:
+def ledger_rows(s: dict, cap: dict, tub, cfg: Settings, regime_load: dict, ladder: dict,
+                comparison: list[Row]) -> tuple[list[Row], dict]:
     """Every claim's row; `comparison`: the best-vs-best, control and common-load rows."""
     mix_rows, mix_info = measure_hit_mix(cfg)
-    rows = (mix_rows + measure_naive_cross_dc(s, regime_load) + measure_drc(s) + measure_headline(s, cap)
+    rows = (mix_rows + measure_naive_cross_dc(s, regime_load) + measure_ladder(ladder["rungs"], ladder["words"])
+            + measure_drc(s) + measure_headline(s, cap)
             + measure_relay_share(s) + measure_handoff(cfg.seeds) + measure_modes(s) + measure_relay_only(s)
             + measure_singular(s) + measure_bathtub(tub) + comparison)
     order = {c.id: i for i, c in enumerate(CLAIMS)}
@@ -336,10 +358,12 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     tub = bathtub_table(results)
     grid = MAP_FULL if cfg.full else MAP_LIGHT
     sens = map_table(results, grid)
-    op = operating_point(s, traces, cfg, regime_load)
+    rungs = ladder_rungs(results, sim.ladder, cfg.seeds)
+    ladder = {"plan": sim.ladder, "rungs": rungs, "words": regime.ladder_words(rungs, sim.ladder)}
+    op = operating_point(s, traces, cfg, regime_load, ladder)
     context = context_line(op, cfg)
     common = common_load.table({k[1:]: v["summary"] for k, v in results.items() if k[0] == "common"}, loads)
-    rows, mix_info = ledger_rows(s, cap, tub, cfg, regime_load, comparison_rows(s, cap, sim, common, cfg))
+    rows, mix_info = ledger_rows(s, cap, tub, cfg, regime_load, ladder, comparison_rows(s, cap, sim, common, cfg))
 
     _comparisons(folders, plan, out)
 
@@ -404,6 +428,9 @@ def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict,
         ("Article vs simulated, claim by claim", rf.claims_dotplot(rows, out / "figures" / "article_vs_sim.png")),
         ("Naive cross-DC PD: TTFT CDF, same-DC vs cross-DC (regime load)",
          rf.naive_cdf(folders, op, out / "figures" / "naive_cross_dc_cdf.png")),
+        *([("Naive cross-DC load ladder: TTFT against load, same-DC vs cross-DC",
+            rf.regime_ladder(op["load_ladder"]["rungs"], op["load_ladder"]["plan"], sla_text,
+                             out / "figures" / "regime_ladder.png"))] if op["load_ladder"]["rungs"] else []),
         ("Handoff modes: stall and relay occupancy", rf.handoff_modes(folders, load, out / "figures" / "handoff_modes.png")),
         ("P->RLD-only ablation: hit rates over time", rf.relay_only_drift(folders, load, out / "figures" / "relay_only_drift.png")),
         ("Bathtub: throughput within SLA against hit rate", rf.bathtub(tub, out / "figures" / "bathtub.png", sla_text)),

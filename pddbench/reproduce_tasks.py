@@ -4,7 +4,8 @@ variants and sweeps, every task as (key, payload), and the three stages on one e
 (pddbench/best_vs_best.py, `optimize` on seed 0); every simulation that needs no measured
 capacity (shipped and best splits, the equal-prefill control, the regime's capacities, bathtub,
 map, variants); then the runs whose load comes from those capacities: the regime variants at the
-regime load (pddbench/regime.py) and both best splits at common loads (pddbench/common_load.py).
+regime load and the load ladder (pddbench/regime.py), and both best splits at common loads
+(pddbench/common_load.py).
 The measurements and the ledger are pddbench/reproduce.py's."""
 
 from __future__ import annotations
@@ -232,9 +233,11 @@ def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
     return out
 
 
-def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict, loads: dict) -> list[tuple[tuple, object]]:
-    """The runs that need measured capacities: the regime variants at the regime load, and both
-    best splits at every common load (each seed's rate scale from its own trace's rate)."""
+def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict, loads: dict,
+                    ladder: dict) -> list[tuple[tuple, object]]:
+    """The runs that need measured capacities: the regime variants at the regime load, same-DC and
+    cross-DC PD on the load ladder (pddbench/regime.py), and both best splits at every common load
+    (each seed's rate scale from its own trace's rate)."""
     from pddbench.capacity import rate_scale_for
 
     tasks: list[tuple[tuple, object]] = []
@@ -244,6 +247,13 @@ def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict,
         for name in REGIME:  # the variants share the workload: one rate scale per seed
             kind = "run_folder" if seed == 0 else "simulate"
             tasks.append((("run", name, seed), _scenario_task(name, seed, cfg, kind, [f"workload.rate_scale={scale:.9g}"])))
+        for i, load in enumerate(ladder["loads_rps"]):
+            if load <= 0:
+                continue
+            rung = [f"workload.rate_scale={rate_scale_for(load, probe['offered_rps'], probe['rate_scale']):.9g}"]
+            for name in regime.MEASURED:
+                lines = [f"network.wan_lines={ladder['wan_lines']}"] if name == "regime-cross-dc-pd" else []
+                tasks.append((("ladder", name, i, seed), _scenario_task(name, seed, cfg, "simulate", rung + lines)))
         if loads["loads_rps"][-1] <= 0:  # a deployment never held the SLA: no common load to compare at
             continue
         for mname in COMMON:
@@ -294,6 +304,7 @@ class Simulated:
     plan: dict                 # the measured splits (best_vs_best.measured)
     regime_load: dict          # regime.choose
     loads: dict                # common_load.loads
+    ladder: dict               # regime.ladder_plan
     walls: dict                # worker seconds by task kind (optimize: its wall time)
 
 
@@ -318,11 +329,13 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
         fill_reused(results, best, plan, cfg.seeds)
         per_seed = lambda kind, n: [results[k]["capacity"] for k in sorted(k for k in results if k[:2] == (kind, n))]
-        regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED},
-                                    regime_line_capacities(cfg, results))
+        line_rps = regime_line_capacities(cfg, results)
+        regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED}, line_rps)
+        ladder = regime.ladder_plan(per_seed("regime_capacity", regime.MEASURED[0]), line_rps,
+                                    _variant("regime-cross-dc-pd", 0, cfg).network.wan_lines)
         loads = common_load.loads({n: per_seed("capacity", n) for n in COMMON},
                                   common_load.FULL_FRACTIONS if cfg.full else common_load.LIGHT_FRACTIONS)
         console.print(f"  {regime_load['text']}; common loads {loads['loads_rps']} req/s", highlight=False)
-        results.update(run_tasks(out, cfg, dependent_tasks(cfg, plan, results, regime_load, loads), ex, walls))
+        results.update(run_tasks(out, cfg, dependent_tasks(cfg, plan, results, regime_load, loads, ladder), ex, walls))
     console.print(f"  worker seconds by kind: { {k: round(v, 1) for k, v in walls.items()} }")
-    return Simulated(results, best, plan, regime_load, loads, walls)
+    return Simulated(results, best, plan, regime_load, loads, ladder, walls)

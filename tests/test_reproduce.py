@@ -14,7 +14,8 @@ from pddbench.report.sensitivity import describe_map
 ARTICLE_FIGURES = {
     "70-80% of requests above 95% hit": ["hit_mix_mooncake", "hit_mix_generated"],
     "naive cross-DC P50 4.2 -> 6.7 s, P90 18.3 s, P99 29.7 s": [
-        "same_dc_ttft_p50", "cross_dc_ttft_p50", "cross_dc_ttft_p50_inflation", "cross_dc_ttft_p90", "cross_dc_ttft_p99"],
+        "same_dc_ttft_p50", "cross_dc_ttft_p50", "cross_dc_ttft_p50_inflation", "cross_dc_ttft_p90", "cross_dc_ttft_p99",
+        "same_dc_ttft_p50_at_capacity", "cross_dc_ttft_p50_inflation_seconds"],
     "per-request WAN KV latency 1-20 s": ["wan_kv_latency_low", "wan_kv_latency_high"],
     "up to 10x less WAN bandwidth with the DRC": ["drc_wan_reduction"],
     "TTFT -51.5%": ["ttft_change", "ttft_change_regime", "ttft_change_best", "ttft_change_equal_prefill",
@@ -150,6 +151,18 @@ def _check_best_vs_best(out, data):
     assert choice["load_rps"] == pytest.approx(0.9 * min(min(v) for v in choice["capacities_rps"].values()), rel=1e-3)
     assert data["operating_point"]["regime_load_rps"] == pytest.approx(choice["load_rps"], rel=0.01)
     assert choice["text"] in rows["same_dc_ttft_p50"]["note"]
+    # the load ladder: fractions of same-DC PD's smallest regime capacity, one rung per fraction that ran
+    lad = data["operating_point"]["load_ladder"]
+    plan = lad["plan"]
+    same_caps = choice["capacities_rps"]["regime-same-dc-pd"]
+    assert plan["capacity_rps"] == pytest.approx(min(same_caps), rel=1e-3)
+    assert plan["loads_rps"] == pytest.approx([f * plan["capacity_rps"] for f in plan["fractions"]], rel=1e-3)
+    assert lad["words"] in data["context"] and lad["words"] in rows["same_dc_ttft_p50_at_capacity"]["note"]
+    if plan["capacity_rps"] > 0:
+        assert [r["fraction"] for r in lad["rungs"]] == plan["fractions"]
+        at_cap = [r for r in lad["rungs"] if r["fraction"] == 1.0][0]
+        assert rows["same_dc_ttft_p50_at_capacity"]["simulated_values"] == pytest.approx(at_cap["same_dc_p50_s_per_seed"])
+        assert (out / "figures" / "regime_ladder.png").is_file()
 
 
 def test_full_map_is_the_shipped_sensitivity_sweep():
@@ -175,3 +188,35 @@ def test_compare_deltas_against_a_chosen_baseline():
     assert list(with_deltas(table, None).columns)[0] == "a"
     with pytest.raises(UserError):
         with_deltas(table, "nope")
+
+
+def _rung(fraction, same_p50s, cross_p50s):
+    runs = lambda p50s: [{"ttft_ms": {"p50": v * 1000, "p90": v * 2000, "p99": v * 3000}} for v in p50s]
+    return runs(same_p50s), runs(cross_p50s)
+
+
+def test_load_ladder_lines_rungs_and_words():
+    """The ladder gives cross-DC PD enough lines for its top rung, finds the lightest stable rung
+    where same-DC PD's median is seconds on every seed, and says so (or why not)."""
+    from pddbench import regime
+
+    plan = regime.ladder_plan([{"throughput_within_sla_rps": 10.0}, {"throughput_within_sla_rps": 12.0}],
+                              [5.0, None, 4.0], lines_now=1)
+    assert plan["capacity_rps"] == 10.0 and plan["loads_rps"][-1] == pytest.approx(10.0 * regime.LADDER[-1])
+    # top rung 12 req/s on lines of 4 req/s each at most 0.9 busy: ceil(12 / 3.6) = 4
+    assert plan["wan_lines"] == 4
+    assert regime.ladder_plan([{"throughput_within_sla_rps": 1.0}], [50.0], lines_now=2)["wan_lines"] == 2
+    p50s = {0.5: ([0.2, 0.3], [0.3, 0.4]), 0.7: ([0.9, 1.4], [1.0, 2.0]), 0.9: ([1.2, 1.5], [1.5, 2.5]),
+            1.0: ([2.0, 2.2], [3.0, 3.0]), 1.2: ([9.0, 9.0], [9.5, 9.5])}
+    pairs = [_rung(f, *p50s[f]) for f in regime.LADDER]
+    table = regime.ladder_table([a for a, _ in pairs], [b for _, b in pairs], plan)
+    hit = regime.seconds_rung(table)
+    assert hit["fraction"] == 0.9  # 0.7 reaches 1 s on one seed only
+    assert hit["p50_inflation_s"] == pytest.approx([0.3, 1.0])
+    words = regime.ladder_words(table, plan)
+    assert "first reaches seconds at 0.9 x" in words and "0.9 (9.00 req/s): same-DC 1.35 / 2.70 / 4.05" in words
+    # only past capacity: no stable rung, and the words say how far the median got
+    low = [_rung(f, [0.1 * f, 0.1 * f], [0.2, 0.2]) if f <= 1 else _rung(f, [5.0, 5.0], [6.0, 6.0]) for f in regime.LADDER]
+    table = regime.ladder_table([a for a, _ in low], [b for _, b in low], plan)
+    assert regime.seconds_rung(table) is None
+    assert "At no stable load" in regime.ladder_words(table, plan) and "0.10 s" in regime.ladder_words(table, plan)

@@ -158,3 +158,26 @@ def bathtub(tub: pd.DataFrame, path: Path, sla: str = "") -> Path:
                  f"within SLA ({sla}) per hit rate;\ndotted: the article's 20% / 40% singular points", fontsize="medium")
     save_figure(fig, path)
     return path
+
+
+def regime_ladder(table: list[dict], plan: dict, sla_text: str, path: Path) -> Path:
+    """Same-DC vs naive cross-DC TTFT p50/p90/p99 against the load (fraction of same-DC PD's
+    capacity): where the median reaches seconds, and what the WAN adds there."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    x = [r["fraction"] for r in table]
+    for who, color, label in (("same_dc", "tab:blue", "same-DC PD"), ("cross_dc", "tab:orange", "naive cross-DC PD")):
+        for p, style in (("p50", "-o"), ("p90", "--s"), ("p99", ":^")):
+            ax.plot(x, [r[f"{who}_{p}_s"] for r in table], style, color=color, label=f"{label} {p}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.annotate("1 s: 'seconds'", (x[0] if x else 0, 1.0), textcoords="offset points", xytext=(2, 3), fontsize="x-small")
+    ax.axvline(1.0, color="black", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"offered load / same-DC PD's regime capacity ({plan['capacity_rps']:.2f} req/s); right of the dashed "
+                  "line: past capacity", fontsize="small")
+    ax.set_ylabel("TTFT (s, mean over seeds)")
+    ax.set_title(f"Naive cross-DC load ladder: regime scenarios, 1,500 requests, cross-DC on {plan['wan_lines']} WAN "
+                 f"line(s), {sla_text}", fontsize="small")
+    ax.legend(fontsize="x-small", ncol=2)
+    save_figure(fig, path)
+    return path
