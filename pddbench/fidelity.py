@@ -144,6 +144,27 @@ def live_runs(live_dir: Path) -> list[Path]:
     return runs
 
 
+def _fitted_link(path: Path, engine) -> dict:
+    """A measured transfer table fitted to a link (fixed part + rate). Each measured transfer ends
+    with the receiver's one-token step (it computes the prompt's last token and answers), which the
+    twin adds itself after the link: the link keeps the rest."""
+    from pddbench.live.engine_calibration import fit_link
+    from pddbench.loading import read_number_table
+
+    rows = read_number_table(path, "transfer calibration table")
+    link = fit_link(rows)
+    step = engine.decode_ms(1, min(r["tokens"] for r in rows))
+    return {**link, "measured_delay_ms": link["delay_ms"], "decode_step_subtracted_ms": round(step, 3),
+            "delay_ms": round(max(0.0, link["delay_ms"] - step), 3)}
+
+
+def _link_override(path: str, link: dict) -> str:
+    """The scenario override that makes `path` (network.rdma / network.wan) the fitted link, served
+    one transfer at a time as NIXL's one UCX connection per engine pair does."""
+    rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
+    return f"{path}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}"
+
+
 def compare_run(live_dir: Path, twin: Path | None):
     """One live run and its twin on the same requests: (live records, sim records, fitted link,
     twin path, the fitted step-time model), completed requests only."""
@@ -175,18 +196,16 @@ def compare_run(live_dir: Path, twin: Path | None):
         # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
         # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
         # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
-        from pddbench.live.engine_calibration import fit_link
-        from pddbench.loading import read_number_table
+        from pddbench.live.engine_calibration import RELAY_TRANSFER_CSV
 
-        xfer_rows = read_number_table(xfer, "transfer calibration table")
-        link = fit_link(xfer_rows)
-        # Each measured transfer ends with D's one-token step (D computes the prompt's last token
-        # and answers), which the twin adds itself after the link: the link keeps the rest.
-        step = engine.decode_ms(1, min(r["tokens"] for r in xfer_rows))
-        link = {**link, "measured_delay_ms": link["delay_ms"], "decode_step_subtracted_ms": round(step, 3),
-                "delay_ms": round(max(0.0, link["delay_ms"] - step), 3)}
-        rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
-        overrides.append(f"{LINK_OF[live_kind]}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}")
+        link = _fitted_link(xfer, engine)
+        overrides.append(_link_override(LINK_OF[live_kind], link))
+        relay = live_dir / RELAY_TRANSFER_CSV
+        if live_kind == "pdd" and relay.is_file():
+            # PDD's local P -> RLD pull, measured the same way (NIXL over UCX TCP on one host, the
+            # relay sharing its core with MD), replaces the idealised RDMA link
+            link = {**link, "relay": _fitted_link(relay, engine)}
+            overrides.append(_link_override("network.rdma", link["relay"]))
     elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")

@@ -205,3 +205,31 @@ def test_pdd_twin_compares_the_request_mix(tmp_path):
         mix = res["mix"][side]
         assert set(mix["pipelines"]) <= {"p_md", "p_rld_md", "p_rld"} and sum(mix["pipelines"].values()) == 60
         assert 0 < mix["relay_token_share"] < 1 and mix["handoffs"] >= 0
+
+
+def test_pdd_twin_takes_the_measured_relay_pull(tmp_path):
+    """With kv_transfer_relay_calibration.csv (live PDD's P -> RLD pull over NIXL on one host) the
+    twin's P -> RLD link is that fit, not the idealised RDMA profile: relay-path requests' first
+    tokens come later by about the measured fixed part; P -> MD requests do not move."""
+    import pandas as pd
+
+    from pddbench.fidelity import fidelity
+    from pddbench.live.engine_calibration import RELAY_TRANSFER_CSV
+
+    run = tmp_path / "pdd"
+    _fake_live_run(run, 1.0, 0.0, "live/pdd", "sim-twin-pdd.yaml")
+    table = lambda ms: "tokens,kv_bytes,transfer_ms\n" + "".join(
+        f"{n},{n * 2048},{ms + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096))
+    (run / "kv_transfer_calibration.csv").write_text(table(100))
+    before = fidelity(run, None, run / "fid0", n_boot=50)
+    assert "relay" not in before["kv_link_fitted"]
+    (run / RELAY_TRANSFER_CSV).write_text(table(80))
+    after = fidelity(run, None, run / "fid1", n_boot=50)
+    relay = after["kv_link_fitted"]["relay"]
+    assert relay["measured_delay_ms"] == pytest.approx(80, abs=1e-6) and relay["delay_ms"] < 80
+    rows0, rows1 = (pd.read_csv(run / f / "fidelity_requests.csv") for f in ("fid0", "fid1"))
+    rec = pd.read_parquet(run / "records.parquet")[["request_id", "pipeline"]]
+    both = rows0.merge(rows1, on="request_id", suffixes=("_0", "_1")).merge(rec, on="request_id")
+    moved = (both["sim_ttft_ms_1"] - both["sim_ttft_ms_0"]).groupby(both["pipeline"]).median()
+    assert moved["p_rld_md"] > 0.5 * relay["delay_ms"]
+    assert abs(moved["p_md"]) < 0.1 * relay["delay_ms"]

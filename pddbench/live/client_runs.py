@@ -47,11 +47,12 @@ def run_capacity_probe(cfg: LiveConfig, endpoint: str, probe_trace: Path, block_
 
 
 def run_engine_calibration(cfg: LiveConfig, prefill_url: str, decode_url: str, kv_bytes_per_token: int,
-                           out: Path, netns: str | None, log: Path) -> None:
-    """Step times (and the P -> D transfer unless kv_bytes_per_token is 0), measured from where the
-    replay client sits."""
+                           out: Path, netns: str | None, log: Path, relay_url: str | None = None) -> None:
+    """Step times (and the P -> D transfer unless kv_bytes_per_token is 0; PDD: also P -> RLD),
+    measured from where the replay client sits."""
     _run_client("engine calibration", ["pddbench.live.engine_calibration", "--prefill", prefill_url,
                                        "--decode", decode_url, "--kv-bytes-per-token", str(kv_bytes_per_token),
+                                       *(["--relay", relay_url] if relay_url else []),
                                        "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi), "--out", str(out)], netns, log)
 
 

@@ -100,13 +100,14 @@ def _model_dir(cfg: LiveConfig, run_dir: Path) -> str:
 
 def calibrate_after_replay(cfg: LiveConfig, placement: Placement, specs: list[EngineSpec], model_dir: str,
                            run_dir: Path, logs: Path) -> dict | None:
-    """P's and the last decoder's step times (D; MD in pdd) and the P -> D/MD transfer when the
-    scenario asks; then, across datacenters,
+    """P's and the last decoder's step times (D; MD in pdd) and the P -> D/MD transfer (pdd: and
+    P -> RLD) when the scenario asks; then, across datacenters,
     the emulated link's calibration, which is returned (None on one host)."""
     if cfg.calibrate_engine and placement.calibrated:
         transfer = kv_bytes_per_token(model_dir) if len(specs) > 1 else 0  # one engine: no P -> D transfer
+        relay = next((s.url for s in specs if s.name == "RLD"), None)
         run_engine_calibration(cfg, specs[0].url, specs[-1].url, transfer, run_dir, placement.client_netns,
-                               logs / "engine_calibration.log")
+                               logs / "engine_calibration.log", relay)
     if not placement.cross_dc:
         return None
     from netem.calibrate import calibrate

@@ -155,6 +155,44 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
     return rows
 
 
+RELAY_TRANSFER_CSV = "kv_transfer_relay_calibration.csv"  # PDD: P -> RLD, as kv_transfer_calibration.csv
+async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str, kv_bytes_per_token: int,
+                                 model: str = "tiny", vocab: tuple[int, int] = (16, 1024), reps: int = 3,
+                                 seed: int = 97_000) -> list[dict]:
+    """PDD's P -> RLD pull as the router's dual path makes it: P prefills (do_remote_decode), RLD
+    is asked for one token with that KV and, at once, P is asked again (MD's own lease, a prefix
+    hit) and MD pulls that lease across the WAN, as pddbench/live/router/flow.py does. The time
+    until RLD answers is the pull plus RLD's one-token step, with what competes with it live: P's
+    second step (UCX over TCP progresses the read on the core that computes) and MD's pull on the
+    core RLD shares. Rows as measure_kv_transfer's."""
+    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
+
+    async def answer(session, url: str, body: dict) -> float:
+        async with await post(session, url + "/v1/completions", body) as resp:
+            await resp.read()
+            resp.raise_for_status()
+        return time.monotonic()
+
+    async def lease(session, body: dict) -> dict:
+        async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
+            resp.raise_for_status()
+            return (await resp.json())["kv_transfer_params"]
+
+    rows = []
+    async with engine_session(total_timeout_s=600) as session:
+        for r in range(reps):  # reps go round the sizes, as measure() does
+            for n in TRANSFER_TOKENS:
+                body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
+                kv = await lease(session, body)
+                t0 = time.monotonic()
+                relay = asyncio.ensure_future(answer(session, relay_url, one_token_body(body, kv_transfer_params=kv)))
+                kv2 = await lease(session, body)
+                main = asyncio.ensure_future(answer(session, main_url, one_token_body(body, kv_transfer_params=kv2)))
+                t_relay, _ = await asyncio.gather(relay, main)
+                rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token, "transfer_ms": round((t_relay - t0) * 1000, 3)})
+    return rows
+
+
 BUSY_TRANSFER_TOKENS = 512  # the busy check's transfer: a few blocks, like most live requests'
 BUSY_PREFILL_TOKENS = 2048   # what keeps P computing during the "p_busy" pulls
 BUSY_DECODE_STREAMS = 2      # what keeps D decoding during the "d_busy" pulls
@@ -221,14 +259,19 @@ def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
     return "\n".join([",".join(cols)] + [",".join(str(r[c]) for c in cols) for r in rows]) + "\n"
 
 
-async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int, vocab: tuple[int, int]):
+async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int, vocab: tuple[int, int],
+                     relay_url: str | None = None):
     # with a separate decoder, P is timed on the requests the PD front sends it (KV kept for D)
     check: list[dict] | None = [] if kv_bytes_per_token else None
     steps = await measure(prefill_url, decode_url, vocab=vocab, remote_decode=bool(kv_bytes_per_token), body_check=check)
     xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
         if kv_bytes_per_token else None
     busy = await measure_busy_transfers(prefill_url, decode_url, vocab=vocab) if kv_bytes_per_token else None
-    return steps, xfer, check, busy
+    # PDD's local P -> RLD pull (NIXL over UCX TCP on one host, not the RDMA the twin assumes
+    # otherwise), beside the dual path's second lease on P and MD's pull, as live
+    relay = await measure_relay_transfer(prefill_url, relay_url, decode_url, kv_bytes_per_token, vocab=vocab) \
+        if kv_bytes_per_token and relay_url else None
+    return steps, xfer, check, busy, relay
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -244,10 +287,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prefill", required=True, help="P's URL")
     p.add_argument("--decode", required=True, help="D's URL")
     p.add_argument("--kv-bytes-per-token", type=int, default=0, help="0: skip the KV-transfer measurement")
+    p.add_argument("--relay", default=None, help="PDD's RLD URL: also measure the P -> RLD transfer")
     p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
     p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
     a = p.parse_args(argv)
-    steps, xfer, check, busy = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab)))
+    steps, xfer, check, busy, relay = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
+                                                          a.relay))
     if busy:  # what the engines' state does to a pull (not used by the twin's one-speed link)
         write_text(Path(a.out) / "kv_transfer_busy_check.csv", to_csv(busy, ["state", "tokens", "transfer_ms"]))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
@@ -255,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         write_text(Path(a.out) / "prefill_body_check.csv", to_csv(check, ["body", "tokens", "step_ms"]))
     if xfer is not None:
         write_text(Path(a.out) / "kv_transfer_calibration.csv", to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
+    if relay is not None:
+        write_text(Path(a.out) / RELAY_TRANSFER_CSV, to_csv(relay, ["tokens", "kv_bytes", "transfer_ms"]))
 
 
 if __name__ == "__main__":
