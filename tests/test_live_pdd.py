@@ -305,3 +305,18 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def test_relay_transfer_calibration_on_real_engines(engines):
+    """The dual-path relay calibration on real engines: RLD answers one token from P's KV while P
+    serves MD's second lease and MD pulls it; every row is such an answer, and the rows fit a link
+    the PDD twin can take (pddbench fidelity puts it on network.rdma)."""
+    from pddbench.live.client import run_sync
+    from pddbench.live.engine_calibration import fit_link, measure_relay_transfer
+
+    p, rld, md = (e.spec.url for e in engines.engines)
+    rows = run_sync(measure_relay_transfer(p, rld, md, 2048, reps=2, sizes=(128, 512, 1024)))
+    assert [r["tokens"] for r in rows] == [128, 512, 1024] * 2
+    assert all(r["kv_bytes"] == r["tokens"] * 2048 and 0 < r["transfer_ms"] < 60_000 for r in rows)
+    link = fit_link(rows)
+    assert link["delay_ms"] >= 0 and (link["rate_gbps"] is None or link["rate_gbps"] > 0)

@@ -158,7 +158,7 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
 RELAY_TRANSFER_CSV = "kv_transfer_relay_calibration.csv"  # PDD: P -> RLD, as kv_transfer_calibration.csv
 async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str, kv_bytes_per_token: int,
                                  model: str = "tiny", vocab: tuple[int, int] = (16, 1024), reps: int = 3,
-                                 seed: int = 97_000) -> list[dict]:
+                                 seed: int = 97_000, sizes: tuple[int, ...] = TRANSFER_TOKENS) -> list[dict]:
     """PDD's P -> RLD pull as the router's dual path makes it: P prefills (do_remote_decode), RLD
     is asked for one token with that KV and, at once, P is asked again (MD's own lease, a prefix
     hit) and MD pulls that lease across the WAN, as pddbench/live/router/flow.py does. The time
@@ -181,7 +181,7 @@ async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str
     rows = []
     async with engine_session(total_timeout_s=600) as session:
         for r in range(reps):  # reps go round the sizes, as measure() does
-            for n in TRANSFER_TOKENS:
+            for n in sizes:
                 body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
                 kv = await lease(session, body)
                 t0 = time.monotonic()
