@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
@@ -147,38 +148,35 @@ def _live_ready(needs_root: bool) -> str | None:
     return None
 
 
-def part_live(s: Suite, cfg: dict) -> None:
+def _live_runs(s: Suite, part: str, cfg: dict, folder: str, repeats: int) -> Iterator[tuple[str, dict, Path]]:
+    """Run each of the part's live scenarios (its overrides after the part's, `repeats` unless the
+    entry says otherwise) under the live lock; yields (name, entry, run folder) for those that ran,
+    recording a skip or a failed run as the part's case."""
     for name, entry in cfg["scenarios"].items():
         why = _live_ready(bool(entry.get("needs_root")))
         if why:
-            s.case("live", name, skipped=why)
+            s.case(part, name, skipped=why)
             continue
-        cand = s.out / "live" / name
+        run = s.out / folder / name
         sets = [x for o in [*cfg.get("overrides", []), *entry.get("overrides", [])] for x in ("--set", o)]
-        repeats = entry.get("repeats", cfg.get("repeats", 3))
-        res = s.pddbench("run", entry["scenario"], *sets, "--repeat", str(repeats), "--out", cand, live=True)
+        n = entry.get("repeats", cfg.get("repeats", repeats))
+        res = s.pddbench("run", entry["scenario"], *sets, *(["--repeat", str(n)] if n > 1 else []), "--out", run,
+                         live=True)
         if res.returncode != 0:
-            s.case("live", name, failure=f"live run failed (exit {res.returncode})", output=_tail(res.stderr))
+            s.case(part, name, failure=f"live run failed (exit {res.returncode})", output=_tail(res.stderr))
             continue
-        s.gate_against(f"live/{name}", cand, s.baselines / "live" / name, required=False)
+        yield name, entry, run
+
+
+def part_live(s: Suite, cfg: dict) -> None:
+    for name, _, run in _live_runs(s, "live", cfg, "live", repeats=3):
+        s.gate_against(f"live/{name}", run, s.baselines / "live" / name, required=False)
 
 
 def part_fidelity(s: Suite, cfg: dict) -> None:
     """Each deployment's calibrated live run (with repeats) against its simulated twin: `pddbench
     fidelity --max-error-pct` fails the case when a TTFT percentile's error is beyond the bound."""
-    for name, entry in cfg["scenarios"].items():
-        why = _live_ready(bool(entry.get("needs_root")))
-        if why:
-            s.case("fidelity", name, skipped=why)
-            continue
-        run = s.out / "fidelity-run" / name
-        sets = [x for o in [*cfg.get("overrides", []), *entry.get("overrides", [])] for x in ("--set", o)]
-        repeats = entry.get("repeats", cfg.get("repeats", 1))
-        res = s.pddbench("run", entry["scenario"], *sets, *(["--repeat", str(repeats)] if repeats > 1 else []),
-                         "--out", run, live=True)
-        if res.returncode != 0:
-            s.case("fidelity", name, failure=f"live run failed (exit {res.returncode})", output=_tail(res.stderr))
-            continue
+    for name, entry, run in _live_runs(s, "fidelity", cfg, "fidelity-run", repeats=1):
         bound = entry.get("max_error_pct", cfg["max_error_pct"])
         res = s.pddbench("fidelity", run, "--max-error-pct", str(bound), "--out", s.out / "fidelity" / name)
         failure = None if res.returncode == 0 else (

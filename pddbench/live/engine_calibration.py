@@ -156,6 +156,8 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
 
 
 RELAY_TRANSFER_CSV = "kv_transfer_relay_calibration.csv"  # PDD: P -> RLD, as kv_transfer_calibration.csv
+
+
 async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str, kv_bytes_per_token: int,
                                  model: str = "tiny", vocab: tuple[int, int] = (16, 1024), reps: int = 3,
                                  seed: int = 97_000, sizes: tuple[int, ...] = TRANSFER_TOKENS) -> list[dict]:
