@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from pddbench.live.engines import EngineGroup, EngineSpec, vllm_available
-from pddbench.live.net import free_port
+from pddbench.live.net import free_port, free_port_base
 from netem.profile import LinkProfile
 from pddbench.live.pdd_router import RouterConfig, make_app
 from pddbench.live.prompts import prompt_tokens
@@ -47,7 +47,7 @@ def engines(tmp_path_factory):
     from pddbench.live.tiny_model import build_tiny_model_subprocess
 
     model = build_tiny_model_subprocess(tmp_path_factory.mktemp("tiny"))
-    base = free_port() % 20000 + 30000
+    base = free_port_base([1, 2, 3, 101, 102, 103])
     specs = [EngineSpec("P", model, base + 1, cpu=0, kv_role="kv_producer", side_channel_port=base + 101),
              EngineSpec("RLD", model, base + 2, cpu=1, kv_role="kv_consumer", side_channel_port=base + 102),
              EngineSpec("MD", model, base + 3, cpu=0, kv_role="kv_consumer", side_channel_port=base + 103)]

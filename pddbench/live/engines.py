@@ -137,6 +137,9 @@ class Engine:
                 tail = self.log_path.read_text()[-1500:]
                 raise UserError(f"engine {self.spec.name} exited with {self.proc.returncode} while starting; "
                                 f"log {self.log_path}:\n{tail}")
+            fatal = _fatal_start_line(self.log_path)
+            if fatal:
+                raise UserError(f"engine {self.spec.name} cannot start: {fatal}; log {self.log_path}")
             try:
                 self._get("/health", timeout=2)
                 return
@@ -172,6 +175,23 @@ class Engine:
                 break
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
+
+
+# Lines after which a starting vLLM never answers /health although its API server lives on: a
+# NIXL side-channel port taken by another process kills the handshake thread, not the process.
+FATAL_START_MARKERS = ("Address already in use", "Exception in thread nixl_handshake_listener")
+
+
+def _fatal_start_line(log_path: Path) -> str | None:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    for marker in FATAL_START_MARKERS:  # the most telling first
+        for line in text.splitlines():
+            if marker in line:
+                return line.strip()[-300:]
+    return None
 
 
 def _group_gone(leader: subprocess.Popen, pgid: int, timeout_s: float) -> bool:
@@ -216,8 +236,16 @@ def _live_processes():
             yield int(stat.parent.name), int(fields[2])
 
 
-def _raise_interrupt(*_args) -> None:
-    raise KeyboardInterrupt
+def _interrupt_in(owner_pid: int):
+    """A SIGTERM handler that raises KeyboardInterrupt in `owner_pid` only. A process forked
+    without exec (pyroute2's namespace helpers) inherits the handler: there SIGTERM must end the
+    process as usual, not unwind a copy of the parent's stack (it broke `netem up`)."""
+    def handler(*_args) -> None:
+        if os.getpid() != owner_pid:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+    return handler
 
 
 class EngineGroup:
@@ -229,7 +257,7 @@ class EngineGroup:
 
     def __enter__(self) -> "EngineGroup":
         # SIGTERM would skip atexit and context exits: turn it into KeyboardInterrupt meanwhile.
-        self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._old_term = signal.signal(signal.SIGTERM, _interrupt_in(os.getpid()))
         try:
             for e in self.engines:
                 e.start()
@@ -237,6 +265,7 @@ class EngineGroup:
                 e.wait_healthy()
         except BaseException:
             self.stop()
+            signal.signal(signal.SIGTERM, self._old_term)  # else every later SIGTERM here is a KeyboardInterrupt
             raise
         return self
 
