@@ -451,6 +451,11 @@ def fidelity_cmd(
     for part, rows in res["ttft_parts"].items():
         console.print(f"{part} live/sim: " + ", ".join(f"p{r['percentile']} {r['live_ms']:.0f}/{r['sim_ms']:.0f}"
                                                          for r in rows), highlight=False)
+    for r in res["by_prefix_hit"]:
+        parts = ", ".join(f"{name} {r[f'live_{name}_p50']:.0f}/{r[f'sim_{name}_p50']:.0f}"
+                          for name in ("ttft_ms", "prefill_ms", "kv_and_first_step_ms")
+                          if r[f"live_{name}_p50"] is not None and r[f"sim_{name}_p50"] is not None)
+        console.print(f"{r['requests']} ({r['live_n']} requests) p50 live/sim: {parts or 'none'}", highlight=False)
     if max_error_pct is not None and res["max_abs_error_pct"] > max_error_pct:
         console.print(f"[bold red]FIDELITY GATE FAILED[/]: TTFT error up to {res['max_abs_error_pct']:.1f}% "
                       f"(allowed {max_error_pct:g}%); per request: fidelity_requests.csv")

@@ -82,6 +82,24 @@ def phase_table(live, sim) -> dict[str, list[dict]]:
     return out
 
 
+def by_prefix_hit(live, sim) -> list[dict]:
+    """TTFT and its parts at the median, live vs sim, for requests whose prompt P mostly found in
+    its prefix cache (a later turn: few new tokens, a large context) and for the rest. The two
+    kinds take different paths through the engines (a one-block pull into a decoder holding a long
+    context, or a whole prompt's KV), so the twin can be right for one and wrong for the other."""
+    rows = []
+    for kind, pick in (("prefix_hit", lambda f: f["p_cached_tokens"] * 2 >= f["input_tokens"]),
+                       ("mostly_new", lambda f: f["p_cached_tokens"] * 2 < f["input_tokens"])):
+        lv, sv = live[pick(live)], sim[pick(sim)]
+        row = {"requests": kind, "live_n": int(len(lv)), "sim_n": int(len(sv))}
+        for name, part in {"ttft_ms": lambda r: r["ttft_ms"], **TTFT_PARTS}.items():
+            lp, sp = part(lv).dropna(), part(sv).dropna()
+            row[f"live_{name}_p50"] = float(lp.median()) if len(lp) else None
+            row[f"sim_{name}_p50"] = float(sp.median()) if len(sp) else None
+        rows.append(row)
+    return rows
+
+
 def per_request_csv(live, sim) -> str:
     """One row per request on both sides, to find which requests the twin gets wrong."""
     import pandas as pd
@@ -295,7 +313,8 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
                                                      if len(runs) > 1 else "requests", "paired": True},
               "ttft": rows, "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
               "gaps_beyond_live_spread": [r["percentile"] for r in rows if not r["within_live_spread"]],
-              "ttft_parts": phase_table(live_ok, sim_ok), "tpot": tpot_rows,
+              "ttft_parts": phase_table(live_ok, sim_ok), "by_prefix_hit": by_prefix_hit(live_ok, sim_ok),
+              "tpot": tpot_rows,
               "tpot_ms": {"live_p50": float(live_ok["tpot_ms"].median()), "sim_p50": float(sim_ok["tpot_ms"].median())},
               "mix": {"live": request_mix(live_ok), "sim": request_mix(sim_ok)}}
     if len(runs) > 1:

@@ -160,6 +160,11 @@ class Deployment(_Strict):
         "than the least loaded one and still win a request on its prefix-cache match; 0 = least loaded only "
         "(default 16: measured on paper/same-dc-pd and paper/pdd, see pddbench/sim/cluster.py)")
 
+    kv_pull_at_decode_step: bool = Field(
+        False, description="simulator: a decoder starts pulling a request's KV at the end of the step it is running "
+        "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
+        "On in the live twins; off in the paper scenarios, which assume the article's push-style transfer")
+
     def pools(self) -> dict[str, Pool]:
         return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
 

@@ -95,6 +95,21 @@ def test_ttft_parts_and_per_request_rows():
     assert phase_table(live.assign(prefill_end_ms=np.nan), sim) == {}
 
 
+def test_prefix_hit_and_mostly_new_requests_are_compared_apart():
+    from pddbench.fidelity import by_prefix_hit
+
+    # requests 0-1: P held most of the prompt (600 and 500 of 1000 tokens); request 2: 100
+    live = _records([0, 100, 200], np.array([10.0, 20, 500]), np.array([40.0, 60, 30]), np.array([600, 500, 100]))
+    sim = _records([0, 100, 200], np.array([10.0, 10, 490]), np.array([20.0, 20, 30]), np.array([600, 500, 100]))
+    hit, new = by_prefix_hit(live, sim)
+    assert (hit["requests"], hit["live_n"], hit["sim_n"], new["live_n"]) == ("prefix_hit", 2, 2, 1)
+    assert hit["live_kv_and_first_step_ms_p50"] == 50.0 and hit["sim_kv_and_first_step_ms_p50"] == 20.0
+    assert hit["live_ttft_ms_p50"] == 65.0 and hit["sim_prefill_ms_p50"] == 10.0
+    assert new["live_ttft_ms_p50"] == 530.0 and new["sim_ttft_ms_p50"] == 520.0
+    # no request of a kind: its medians are None, not an error
+    assert by_prefix_hit(live.iloc[2:], sim.iloc[2:])[0]["live_ttft_ms_p50"] is None
+
+
 def test_percentile_intervals_are_paired_and_say_when_the_gap_is_within_the_live_spread():
     from pddbench.fidelity import ci_table
 

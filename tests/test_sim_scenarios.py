@@ -171,3 +171,17 @@ def test_kv_transfers_move_whole_engine_blocks():
     assert (exact["wan_kv_bytes"] == moved["exact"] * kv).all()
     assert (blocks["wan_kv_bytes"] == np.ceil(moved["blocks"] / 128) * 128 * kv).all()
     assert (moved["blocks"] % 128 != 0).any()  # some prompts end mid-block: the rounding was exercised
+
+
+@pytest.mark.parametrize("name", ["same-dc-pd", "cross-dc-pd", "pdd"])
+def test_kv_pull_at_decode_step_waits_for_the_decoders_step_end(name):
+    """With the pull as the decoder's own work, a request reaching a decoder mid-step starts its
+    KV transfer at that step's end: a request reaching an idle decoder as before, some later."""
+    at_once, _ = sim(name)
+    at_step, _ = sim(name, "deployment.kv_pull_at_decode_step=true")
+    first = at_once["prefill_end_ms"].idxmin()
+    assert at_step.loc[first, "ttft_ms"] == at_once.loc[first, "ttft_ms"]  # an idle decoder pulls at once
+    ok = ~at_once["failed"] & ~at_step["failed"]
+    leg = lambda rec: rec.loc[ok, "first_token_ms"] - rec.loc[ok, "prefill_end_ms"]
+    assert (leg(at_step) > leg(at_once) + 1e-9).any()
+    assert leg(at_step).median() >= leg(at_once).median()

@@ -89,6 +89,11 @@ class DecodeInstance:
             return self.t0 + c * self.step_ms, self.s0 + c
         return self.t0 + (c + 1) * self.step_ms, self.s0 + c + 1
 
+    def next_step_end_ms(self) -> float:
+        """When the instance's scheduler next runs: now if it is idle or between steps, else the
+        end of the step in progress."""
+        return self._boundary()[0]
+
     def _sync(self) -> tuple[float, int, list[tuple[DecodeJob, float]]]:
         """Settle everything that happens on the current grid before the boundary: first tokens
         and completions (released now, reported by the caller after the new epoch is set)."""

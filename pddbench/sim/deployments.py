@@ -25,9 +25,19 @@ class Deployment:
         self.kv_bytes = sc.model.kv_bytes_per_token
         self.kv_block_tokens = sc.deployment.kv_block_tokens
         self.kind = sc.deployment.kind
+        self.pull_at_step = sc.deployment.kv_pull_at_decode_step
 
     def transfer_bytes(self, tokens: int) -> int:
         return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
+
+    def pull(self, into: DecodeInstance, link, nbytes: int, on_arrival, *args) -> None:
+        """Send `nbytes` of KV over `link` to `into`: at once, or with `kv_pull_at_decode_step`
+        when `into` next runs its scheduler (the pull is the decoder's own work)."""
+        start = into.next_step_end_ms() if self.pull_at_step else self.loop.now
+        if start > self.loop.now:
+            self.loop.at(start, link.send, nbytes, on_arrival, *args)
+        else:
+            link.send(nbytes, on_arrival, *args)
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
@@ -47,10 +57,10 @@ class PD(Deployment):
         nbytes = self.transfer_bytes(req.input_tokens - req.decode_cached_tokens)
         if self.kind == "cross_dc_pd":
             req.wan_kv_bytes = nbytes
-            self.c.wan.send(nbytes, self._kv_arrived, req, d, True)
+            self.pull(d, self.c.wan, nbytes, self._kv_arrived, req, d, True)
         else:
             req.rdma_kv_bytes = nbytes
-            self.c.rdma[p_index].send(nbytes, self._kv_arrived, req, d, False)
+            self.pull(d, self.c.rdma[p_index], nbytes, self._kv_arrived, req, d, False)
 
     def _kv_arrived(self, req: SimRequest, d: DecodeInstance, over_wan: bool) -> None:
         if over_wan:
@@ -75,7 +85,7 @@ class PDD(Deployment):
         req.pipeline = pipeline
         if pipeline == "p_md":
             req.wan_kv_bytes = wan_bytes
-            self.c.wan.send(wan_bytes, self._md_kv_only, req, md, now)
+            self.pull(md, self.c.wan, wan_bytes, self._md_kv_only, req, md, now)
             return
         # Relay path: the KV goes to that relay over RDMA.
         req.rdma_kv_bytes = self.transfer_bytes(req.input_tokens)
@@ -92,8 +102,22 @@ class PDD(Deployment):
             req.decode_cached_tokens = 0
         else:
             req.wan_kv_bytes = wan_bytes
-            state.wan_tr = self.c.wan.send(wan_bytes, self._md_kv_arrived, state)
-        self.c.rdma[p_index].send(req.rdma_kv_bytes, self._relay_kv_arrived, state)
+            start = md.next_step_end_ms() if self.pull_at_step else now
+            if start > now:
+                self.loop.at(start, self._start_md_pull, state, wan_bytes)
+            else:
+                self._start_md_pull(state, wan_bytes)
+        self.pull(rld, self.c.rdma[p_index], req.rdma_kv_bytes, self._relay_kv_arrived, state)
+
+    def _start_md_pull(self, st: "_RelayState", wan_bytes: int) -> None:
+        req = st.req
+        if req.done and self.sc.policy.relay_finish_stops_wan_kv:  # the relay finished before MD's pull began
+            req.transfer_aborted = True
+            req.transfer_abort_reason = "relay_finish"
+            req.wan_kv_bytes_saved = wan_bytes
+            req.wan_kv_bytes -= wan_bytes
+            return
+        st.wan_tr = self.c.wan.send(wan_bytes, self._md_kv_arrived, st)
 
     # -- P -> MD --------------------------------------------------------------------------------
     def _md_kv_only(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
