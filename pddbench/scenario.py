@@ -134,6 +134,10 @@ class Pool(_Strict):
     kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
     prefix_cache: bool = True
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
+    core_group: str | None = Field(
+        None, description="simulator, decode pools: pools with the same core_group share compute; instance i of each "
+        "runs on the same core, and its busy instances divide it equally (processor sharing, as the OS time-slices "
+        "engines pinned to one CPU core: live PDD's RLD and MD)")
 
 
 DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"]
@@ -164,6 +168,10 @@ class Deployment(_Strict):
         False, description="simulator: a decoder starts pulling a request's KV at the end of the step it is running "
         "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
         "On in the live twins; off in the paper scenarios, which assume the article's push-style transfer")
+    second_prefill_for_md: bool = Field(
+        False, description="simulator, pdd: on the relay path MD's pull waits for a second prefill on P (a prefix "
+        "hit recomputing the prompt's last engine block), as the live PDD router asks P twice because vLLM's "
+        "NIXL frees P's blocks after the first read; that step also delays P's other prefills")
 
     def pools(self) -> dict[str, Pool]:
         return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
@@ -230,6 +238,16 @@ class Scenario(_Strict):
         for role, pool in d.pools().items():
             if pool.chip not in self.chips:
                 raise ValueError(f"deployment.{role}.chip '{pool.chip}' is not among chips {sorted(self.chips)}")
+        groups: dict[str, list[tuple[str, Pool]]] = {}
+        for role, pool in d.pools().items():
+            if pool.core_group is not None:
+                if role == "prefill":
+                    raise ValueError("deployment.prefill.core_group: only decode pools (decode, relay, main) share cores")
+                groups.setdefault(pool.core_group, []).append((role, pool))
+        for name, members in groups.items():
+            if len({pool.instances for _, pool in members}) > 1:
+                raise ValueError(f"core_group '{name}': pools " + ", ".join(f"{r} ({p.instances})" for r, p in members)
+                                 + " must have the same number of instances (instance i of each shares core i)")
         if self.model is None:
             raise ValueError("a simulated scenario needs a model")
         return self

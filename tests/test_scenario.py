@@ -57,6 +57,26 @@ def test_apply_overrides_creates_nested():
     assert apply_overrides({}, ["a.b.c=[1, 2]", "a.d=x"]) == {"a": {"b": {"c": [1, 2]}, "d": "x"}}
 
 
+@pytest.mark.parametrize("pools, says", [
+    ("  prefill: {chip: A, instances: 1, core_group: c}\n  relay: {chip: A, instances: 1}\n"
+     "  main: {chip: A, instances: 1}\n", "only decode pools"),
+    ("  prefill: {chip: A, instances: 1}\n  relay: {chip: A, instances: 1, core_group: c}\n"
+     "  main: {chip: A, instances: 2, core_group: c}\n", "relay (1), main (2)"),
+])
+def test_core_groups_are_decode_pools_of_equal_size(tmp_path, pools, says):
+    text = BASE + """\
+chips:
+  A: {peak_tflops: 1000, memory_gb: 80, memory_bw_tbps: 3, interconnect_gbps: 900, price_per_hour: 2}
+deployment:
+  kind: pdd
+""" + pools
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, text))
+    assert says in str(exc.value)
+    with pytest.raises(InputError, match="needs a model"):  # without the groups the next check speaks
+        load_scenario(_write(tmp_path, text.replace("core_group: c", "core_group: null")))
+
+
 def test_unknown_chip_in_deployment(tmp_path):
     text = BASE + """\
 chips:

@@ -185,3 +185,21 @@ def test_kv_pull_at_decode_step_waits_for_the_decoders_step_end(name):
     leg = lambda rec: rec.loc[ok, "first_token_ms"] - rec.loc[ok, "prefill_end_ms"]
     assert (leg(at_step) > leg(at_once) + 1e-9).any()
     assert leg(at_step).median() >= leg(at_once).median()
+
+
+def test_second_prefill_for_md_costs_p_one_step_per_dual_path_request():
+    """Requests far apart (each alone in the system): with the router's second lease, every
+    request on the dual path (relay + MD's pull) costs P exactly one more step and its MD pull
+    starts after it; a singular flow, which never starts MD's pull, costs nothing."""
+    fixed = "workload.fixed={requests: 12, input_tokens: 16384, output_tokens: 400, hit_rate: 0.0, rate_rps: 0.01}"
+    one_rec, one = sim("pdd", "workload.source=fixed", fixed)
+    two_rec, two = sim("pdd", "workload.source=fixed", fixed, "deployment.second_prefill_for_md=true")
+    dual = (two_rec["pipeline"] == "p_rld_md") & ~two_rec["singular_flow"]
+    assert dual.sum() > 0 and (one_rec["pipeline"] == two_rec["pipeline"]).all()
+    assert two["instances"]["P0"]["steps"] == one["instances"]["P0"]["steps"] + dual.sum()
+    assert (two_rec.loc[dual, "wan_kv_ms"] > one_rec.loc[dual, "wan_kv_ms"]).all()
+    singular = fixed.replace("16384", "40000").replace("output_tokens: 400", "output_tokens: 4")
+    one_rec, one = sim("pdd", "workload.source=fixed", singular)
+    two_rec, two = sim("pdd", "workload.source=fixed", singular, "deployment.second_prefill_for_md=true")
+    assert two_rec["singular_flow"].all() and two["instances"]["P0"]["steps"] == one["instances"]["P0"]["steps"]
+    assert two_rec["ttft_ms"].equals(one_rec["ttft_ms"])

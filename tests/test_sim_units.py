@@ -109,6 +109,34 @@ def test_decode_tokens_and_finish_time():
     assert out == {"first": 10.0, "finish": 50.0}
 
 
+def test_decoders_sharing_a_core_divide_it_while_both_are_busy():
+    """A decodes 10 tokens alone at 10 ms a step; B (a 3-token job) joins at 25 ms: from A's next
+    step end (30 ms) both step at 20 ms until B finishes, then A is back to 10 ms."""
+    from pddbench.sim.decode import CoreShare
+
+    loop = EventLoop()
+    core = CoreShare()
+    a, b = (DecodeInstance(loop, name, ConstLatency(10.0), 10_000, 8, None, 512) for name in ("A", "B"))
+    for inst in (a, b):
+        inst.core = core
+        core.members.append(inst)
+    fin = {}
+    a.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("a", t)))
+    loop.at(25.0, lambda: b.submit(DecodeJob(Req(), 100, 3, 0, None, lambda j, t: fin.setdefault("b", t))))
+    loop.run()
+    # B: admitted at 25 ms into a shared core, 3 steps of 20 ms -> 85 ms
+    # A: 3 steps alone (30 ms), 3 shared steps to 90 ms (B idles at 85, A's step under way keeps its pace),
+    #    then 4 steps alone -> 130 ms
+    assert fin == {"b": 85.0, "a": 130.0}
+    assert core.busy() == 0
+    # alone, the same two jobs do not slow each other
+    loop2 = EventLoop()
+    solo = DecodeInstance(loop2, "A", ConstLatency(10.0), 10_000, 8, None, 512)
+    solo.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("solo", t)))
+    loop2.run()
+    assert fin["solo"] == 100.0
+
+
 def test_decode_admission_waits_for_kv_capacity():
     loop = EventLoop()
     d = DecodeInstance(loop, "D0", ConstLatency(10.0), kv_capacity_tokens=150, max_batch=8, cache=None, block_size=512)

@@ -8,7 +8,7 @@ from typing import Callable
 from pddbench.cache import PrefixCache
 from pddbench.errors import UserError
 from pddbench.scenario import Pool, Scenario
-from pddbench.sim.decode import DecodeInstance
+from pddbench.sim.decode import CoreShare, DecodeInstance
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.latency import Calibrated, LatencyModel, Roofline
 from pddbench.sim.link import Link
@@ -142,5 +142,12 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
     if relay:
         for r in relay:
             r.cache = None  # the relay keeps no prefix cache: it gets every prompt's KV over RDMA
+    pools = {"decode": decode, "main": decode, "relay": relay}
+    shares: dict[tuple[str, int], CoreShare] = {}
+    for role, pool in d.pools().items():
+        if pool.core_group is not None and role in pools:
+            for i, inst in enumerate(pools[role]):
+                inst.core = shares.setdefault((pool.core_group, i), CoreShare())
+                inst.core.members.append(inst)
     wan = Link(loop, sc.network.wan_profile(), "wan", sc.network.wan_lines)
     return Cluster(loop, prefill, rdma, decode, relay, wan, d.decode_routing_slack_seqs)

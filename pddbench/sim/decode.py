@@ -34,6 +34,24 @@ class DecodeJob:
         self.reserved = context + extend + n_tokens
 
 
+class CoreShare:
+    """Decode instances on one compute core: each busy one gets 1/k of it when k are busy (the OS
+    time-slicing engines pinned to one CPU). A change in k re-times the others' steps from the end
+    of the step each is in (a step under way keeps its pace)."""
+    __slots__ = ("members",)
+
+    def __init__(self) -> None:
+        self.members: list["DecodeInstance"] = []
+
+    def busy(self) -> int:
+        return sum(1 for m in self.members if m.running)
+
+    def changed(self, by: "DecodeInstance") -> None:
+        for m in self.members:
+            if m is not by and m.running:
+                m._change()
+
+
 class DecodeInstance:
     def __init__(self, loop: EventLoop, name: str, latency: LatencyModel, kv_capacity_tokens: int,
                  max_batch: int, cache: PrefixCache | None, block_size: int):
@@ -58,6 +76,7 @@ class DecodeInstance:
         self.busy_ms = 0.0
         self._busy_since: float | None = None
         self.peak_batch = 0
+        self.core: CoreShare | None = None  # set by the cluster when the instance shares a core
 
     # -- observable state (for routing and policy) ------------------------------------------------
     def utilisation(self) -> float:
@@ -88,6 +107,12 @@ class DecodeInstance:
         if x - c <= 1e-9:
             return self.t0 + c * self.step_ms, self.s0 + c
         return self.t0 + (c + 1) * self.step_ms, self.s0 + c + 1
+
+    def _share(self) -> int:
+        """How many busy instances divide this one's core, counting itself as busy."""
+        if self.core is None:
+            return 1
+        return self.core.busy() + (0 if self.running else 1)
 
     def next_step_end_ms(self) -> float:
         """When the instance's scheduler next runs: now if it is idle or between steps, else the
@@ -124,9 +149,12 @@ class DecodeInstance:
 
     def _new_epoch(self, t_b: float, s_b: int, pause_ms: float = 0.0) -> None:
         n = len(self.running)
+        was_busy = self._busy_since is not None
         if n:
             kv = self._sum_context + n * s_b - self._sum_start
             self.step_ms = self.latency.decode_ms(n, kv)
+            if self.core is not None:
+                self.step_ms *= self._share()
             self._push_gap(s_b, self.step_ms + pause_ms)
             if self._busy_since is None:
                 self._busy_since = t_b
@@ -139,6 +167,8 @@ class DecodeInstance:
             heapq.heappop(self._finish_heap)  # stopped (handed-off) jobs never finish here
         if self._finish_heap:
             self.loop.at(self._step_end_ms(self._finish_heap[0][0]), self._on_finish_event, self._version)
+        if self.core is not None and was_busy != bool(n):
+            self.core.changed(self)  # last: this instance is consistent if a sharer's change calls back
 
     def _push_gap(self, step: int, gap: float) -> None:
         while self._gap_ms and self._gap_ms[-1] <= gap:
@@ -169,9 +199,9 @@ class DecodeInstance:
         pauses for the extra compute. Returns the pause in ms."""
         n = max(1, len(self.running))
         kv = self._sum_context
-        pause = self.latency.decode_ms(n, kv, tokens) - self.latency.decode_ms(n, kv)
+        pause = (self.latency.decode_ms(n, kv, tokens) - self.latency.decode_ms(n, kv)) * self._share()
         if not self.running:
-            return pause + self.latency.decode_ms(1, 0)
+            return pause + self.latency.decode_ms(1, 0) * self._share()
         t_b, s_b, finished = self._sync()
         self._new_epoch(t_b, s_b, pause)
         for job, t in finished:
@@ -215,7 +245,7 @@ class DecodeInstance:
             n_admitted += 1
         if extend:
             n, kv = len(self.running), self._sum_context
-            pause = self.latency.decode_ms(n, kv, extend) - self.latency.decode_ms(n, kv)
+            pause = (self.latency.decode_ms(n, kv, extend) - self.latency.decode_ms(n, kv)) * self._share()
         self.peak_batch = max(self.peak_batch, len(self.running))
         self._new_epoch(t_b, s_b, pause)
         for job, t in finished:

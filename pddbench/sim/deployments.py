@@ -102,12 +102,22 @@ class PDD(Deployment):
             req.decode_cached_tokens = 0
         else:
             req.wan_kv_bytes = wan_bytes
-            start = md.next_step_end_ms() if self.pull_at_step else now
-            if start > now:
-                self.loop.at(start, self._start_md_pull, state, wan_bytes)
+            if self.sc.deployment.second_prefill_for_md:
+                # MD's own lease: P recomputes the prompt's last engine block (vLLM always computes
+                # at least the last token, and caches whole blocks only)
+                tail = req.input_tokens - (req.input_tokens - 1) // self.kv_block_tokens * self.kv_block_tokens
+                self.c.prefill[p_index].submit_recompute(req, tail, lambda _r: self._md_pull_at_step(state, wan_bytes))
             else:
-                self._start_md_pull(state, wan_bytes)
+                self._md_pull_at_step(state, wan_bytes)
         self.pull(rld, self.c.rdma[p_index], req.rdma_kv_bytes, self._relay_kv_arrived, state)
+
+    def _md_pull_at_step(self, st: "_RelayState", wan_bytes: int) -> None:
+        now = self.loop.now
+        start = st.md.next_step_end_ms() if self.pull_at_step else now
+        if start > now:
+            self.loop.at(start, self._start_md_pull, st, wan_bytes)
+        else:
+            self._start_md_pull(st, wan_bytes)
 
     def _start_md_pull(self, st: "_RelayState", wan_bytes: int) -> None:
         req = st.req

@@ -57,6 +57,14 @@ class PrefillInstance:
             self._step()
         return req.input_tokens - computed
 
+    def submit_recompute(self, req: Any, computed: int, on_done: Callable[[Any], None]) -> None:
+        """Queue a prefill of the prompt's last `computed` tokens, the rest being a prefix hit
+        (a second request for a prompt just prefilled); the cache is not touched."""
+        self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done))
+        self.queued_tokens += computed
+        if not self.busy:
+            self._step()
+
     def _step(self) -> None:
         if not self.queue:
             self.busy = False
