@@ -176,6 +176,26 @@ def _fitted_link(path: Path, engine) -> dict:
             "delay_ms": round(max(0.0, link["delay_ms"] - step), 3)}
 
 
+def _busy_extra(path: Path, engine) -> dict:
+    """How much later a pull lands in a decoder that is decoding, from the run's busy check: the
+    median "d_busy" pull minus the median idle one, less what the twin models itself there (the
+    busy decoder's larger first step, and half a step of waiting for the pull to start)."""
+    from pddbench.live.engine_calibration import BUSY_DECODE_STREAMS, BUSY_TRANSFER_TOKENS
+    from pddbench.loading import read_number_table
+
+    rows = read_number_table(path, "busy transfer check", label="state")
+    by_state = {st: float(np.median([r["transfer_ms"] for r in rows if r["state"] == st])) for st in ("idle", "d_busy")
+                if any(r["state"] == st for r in rows)}
+    if len(by_state) < 2:
+        raise UserError(f"{path}: needs 'idle' and 'd_busy' rows (the live calibration writes both)")
+    kv = BUSY_TRANSFER_TOKENS + BUSY_DECODE_STREAMS * 64
+    modelled = (engine.decode_ms(BUSY_DECODE_STREAMS + 1, kv) - engine.decode_ms(1, BUSY_TRANSFER_TOKENS)
+                + engine.decode_ms(BUSY_DECODE_STREAMS, kv) / 2)
+    measured = by_state["d_busy"] - by_state["idle"]
+    return {"idle_ms": round(by_state["idle"], 3), "d_busy_ms": round(by_state["d_busy"], 3),
+            "modelled_ms": round(modelled, 3), "extra_ms": round(max(0.0, measured - modelled), 3)}
+
+
 def _link_override(path: str, link: dict) -> str:
     """The scenario override that makes `path` (network.rdma / network.wan) the fitted link, served
     one transfer at a time as NIXL's one UCX connection per engine pair does."""
@@ -214,7 +234,7 @@ def compare_run(live_dir: Path, twin: Path | None):
         # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
         # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
         # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
-        from pddbench.live.engine_calibration import RELAY_TRANSFER_CSV
+        from pddbench.live.engine_calibration import BUSY_CHECK_CSV, RELAY_TRANSFER_CSV
 
         link = _fitted_link(xfer, engine)
         overrides.append(_link_override(LINK_OF[live_kind], link))
@@ -224,6 +244,11 @@ def compare_run(live_dir: Path, twin: Path | None):
             # relay sharing its core with MD), replaces the idealised RDMA link
             link = {**link, "relay": _fitted_link(relay, engine)}
             overrides.append(_link_override("network.rdma", link["relay"]))
+        busy = live_dir / BUSY_CHECK_CSV
+        if busy.is_file():
+            # a pull into a decoding D / MD takes longer than the idle calibration says
+            link = {**link, "busy": _busy_extra(busy, engine)}
+            overrides.append(f"deployment.kv_pull_busy_extra_ms={link['busy']['extra_ms']}")
     elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")

@@ -205,16 +205,16 @@ def load_yaml_value(raw: str) -> Any:
         return raw
 
 
-def read_number_table(path: str | Path, what: str) -> list[dict[str, float]]:
+def read_number_table(path: str | Path, what: str, label: str | None = None) -> list[dict]:
     """A CSV of numbers with a header row; a cell that is not a finite number is refused with
-    file:line:field."""
+    file:line:field. `label`: one column kept as text (e.g. a state name)."""
     import csv
 
     path = Path(path)
     rows = []
     with open_text(path, what) as fh:
         for line, rec in enumerate(csv.DictReader(fh), start=2):
-            rows.append({k: _finite_cell(v, str(path), line, k) for k, v in rec.items()})
+            rows.append({k: (v if k == label else _finite_cell(v, str(path), line, k)) for k, v in rec.items()})
     if not rows:
         raise InputError(str(path), "holds no rows")
     return rows

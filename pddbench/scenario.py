@@ -168,6 +168,10 @@ class Deployment(_Strict):
         False, description="simulator: a decoder starts pulling a request's KV at the end of the step it is running "
         "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
         "On in the live twins; off in the paper scenarios, which assume the article's push-style transfer")
+    kv_pull_busy_extra_ms: float = Field(
+        0.0, ge=0, le=1e6, description="simulator: a KV pull into a decoder (D or MD) that is running a batch "
+        "arrives this much later (the receive shares the decoder's core with its steps); the live twins take it from "
+        "the run's kv_transfer_busy_check.csv (pddbench fidelity), 0 elsewhere")
     second_prefill_for_md: bool = Field(
         False, description="simulator, pdd: on the relay path MD's pull waits for a second prefill on P (a prefix "
         "hit recomputing the prompt's last engine block), as the live PDD router asks P twice because vLLM's "

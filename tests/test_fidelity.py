@@ -74,6 +74,29 @@ def _records(arrival, prefill_ms, kv_ms, cached):
                          "first_token_ms": arrival + prefill_ms + kv_ms, "ttft_ms": prefill_ms + kv_ms})
 
 
+def test_busy_decoder_extra_is_the_busy_check_less_what_the_twin_models(tmp_path):
+    from pddbench.errors import InputError, UserError
+    from pddbench.fidelity import _busy_extra
+
+    class Steps:  # 2 ms + 1 ms per sequence in the batch
+        def decode_ms(self, batch, kv_tokens, extend_tokens=0):
+            return 2.0 + batch
+
+    csv = tmp_path / "kv_transfer_busy_check.csv"
+    csv.write_text("state,tokens,transfer_ms\n" + "".join(
+        f"idle,512,{a}\np_busy,512,99\nd_busy,512,{b}\n" for a, b in ((20, 40), (22, 41), (900, 45))))
+    # medians 22 and 41; modelled: step of 3 vs 1 (5 - 3 = 2) + half a step of 2 (2) = 4
+    assert _busy_extra(csv, Steps()) == {"idle_ms": 22.0, "d_busy_ms": 41.0, "modelled_ms": 4.0, "extra_ms": 15.0}
+    csv.write_text("state,tokens,transfer_ms\nidle,512,30\nd_busy,512,31\n")
+    assert _busy_extra(csv, Steps())["extra_ms"] == 0.0  # never negative
+    csv.write_text("state,tokens,transfer_ms\nidle,512,30\n")
+    with pytest.raises(UserError, match="d_busy"):
+        _busy_extra(csv, Steps())
+    csv.write_text("state,tokens,transfer_ms\nidle,512,fast\nd_busy,512,31\n")
+    with pytest.raises(InputError, match=r":2.*transfer_ms"):
+        _busy_extra(csv, Steps())
+
+
 def test_ttft_parts_and_per_request_rows():
     import io
 

@@ -203,3 +203,17 @@ def test_second_prefill_for_md_costs_p_one_step_per_dual_path_request():
     two_rec, two = sim("pdd", "workload.source=fixed", singular, "deployment.second_prefill_for_md=true")
     assert two_rec["singular_flow"].all() and two["instances"]["P0"]["steps"] == one["instances"]["P0"]["steps"]
     assert two_rec["ttft_ms"].equals(one_rec["ttft_ms"])
+
+
+def test_pull_into_a_busy_decoder_arrives_later():
+    """kv_pull_busy_extra_ms: a pull into a D that is running a batch lands that much later; one
+    into an idle D (the first request's) does not."""
+    before, _ = sim("same-dc-pd")
+    after, _ = sim("same-dc-pd", "deployment.kv_pull_busy_extra_ms=50")
+    first = before["prefill_end_ms"].idxmin()
+    assert after.loc[first, "ttft_ms"] == before.loc[first, "ttft_ms"]
+    ok = ~before["failed"] & ~after["failed"]
+    leg = lambda rec: (rec["first_token_ms"] - rec["prefill_end_ms"])[ok]
+    grew = leg(after) - leg(before)
+    assert (grew >= 50 - 1e-6).mean() > 0.5  # D is busy for most arrivals at this load
+    assert grew.median() >= 50 - 1e-6  # (a few land sooner: the batches they join have changed)

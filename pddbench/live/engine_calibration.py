@@ -195,17 +195,19 @@ async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str
     return rows
 
 
+BUSY_CHECK_CSV = "kv_transfer_busy_check.csv"
 BUSY_TRANSFER_TOKENS = 512  # the busy check's transfer: a few blocks, like most live requests'
 BUSY_PREFILL_TOKENS = 2048   # what keeps P computing during the "p_busy" pulls
 BUSY_DECODE_STREAMS = 2      # what keeps D decoding during the "d_busy" pulls
 
 
 async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str = "tiny",
-                                 vocab: tuple[int, int] = (16, 1024), reps: int = 3,
+                                 vocab: tuple[int, int] = (16, 1024), reps: int = 5,
                                  seed: int = 95_000) -> list[dict]:
     """The P -> D pull of a BUSY_TRANSFER_TOKENS prompt in three engine states: both idle (what
     measure_kv_transfer times), P computing another prompt's prefill, D decoding other streams.
-    Live, transfers happen in all three; the twin's link has one speed. Rows: state, transfer_ms."""
+    Live, transfers happen in all three; the twin takes d_busy's extra time over idle for pulls
+    into a decoding D (pddbench/fidelity.py _busy_extra). Rows: state, tokens, transfer_ms."""
     from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     steps, xfer, check, busy, relay = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
                                                           a.relay))
     if busy:  # what the engines' state does to a pull (not used by the twin's one-speed link)
-        write_text(Path(a.out) / "kv_transfer_busy_check.csv", to_csv(busy, ["state", "tokens", "transfer_ms"]))
+        write_text(Path(a.out) / BUSY_CHECK_CSV, to_csv(busy, ["state", "tokens", "transfer_ms"]))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
     if check:
         write_text(Path(a.out) / "prefill_body_check.csv", to_csv(check, ["body", "tokens", "step_ms"]))

@@ -26,6 +26,7 @@ class Deployment:
         self.kv_block_tokens = sc.deployment.kv_block_tokens
         self.kind = sc.deployment.kind
         self.pull_at_step = sc.deployment.kv_pull_at_decode_step
+        self.busy_extra_ms = sc.deployment.kv_pull_busy_extra_ms
 
     def transfer_bytes(self, tokens: int) -> int:
         return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
@@ -35,9 +36,16 @@ class Deployment:
         when `into` next runs its scheduler (the pull is the decoder's own work)."""
         start = into.next_step_end_ms() if self.pull_at_step else self.loop.now
         if start > self.loop.now:
-            self.loop.at(start, link.send, nbytes, on_arrival, *args)
+            self.loop.at(start, self._send, into, link, nbytes, on_arrival, args)
         else:
-            link.send(nbytes, on_arrival, *args)
+            self._send(into, link, nbytes, on_arrival, args)
+
+    def _send(self, into: DecodeInstance, link, nbytes: int, on_arrival, args: tuple):
+        """Start the transfer now; a decoder (not a relay) that is running a batch receives it
+        `kv_pull_busy_extra_ms` later. Returns the link's Transfer."""
+        if self.busy_extra_ms and into.running and into not in self.c.relay:
+            return link.send(nbytes, self.loop.after, self.busy_extra_ms, on_arrival, *args)
+        return link.send(nbytes, on_arrival, *args)
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
@@ -127,7 +135,7 @@ class PDD(Deployment):
             req.wan_kv_bytes_saved = wan_bytes
             req.wan_kv_bytes -= wan_bytes
             return
-        st.wan_tr = self.c.wan.send(wan_bytes, self._md_kv_arrived, st)
+        st.wan_tr = self._send(st.md, self.c.wan, wan_bytes, self._md_kv_arrived, (st,))
 
     # -- P -> MD --------------------------------------------------------------------------------
     def _md_kv_only(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
