@@ -163,7 +163,6 @@ class Deployment(_Strict):
         16, ge=0, le=1_000_000, description="simulator: a decode instance (D or MD) may hold this many more sequences "
         "than the least loaded one and still win a request on its prefix-cache match; 0 = least loaded only "
         "(default 16: measured on paper/same-dc-pd and paper/pdd, see pddbench/sim/cluster.py)")
-
     kv_pull_at_decode_step: bool = Field(
         False, description="simulator: a decoder starts pulling a request's KV at the end of the step it is running "
         "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "

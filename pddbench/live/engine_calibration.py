@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     steps, xfer, check, busy, relay = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
                                                           a.relay))
-    if busy:  # what the engines' state does to a pull (not used by the twin's one-speed link)
+    if busy:  # what the engines' state does to a pull (fidelity: the twin's busy-decoder extra)
         write_text(Path(a.out) / BUSY_CHECK_CSV, to_csv(busy, ["state", "tokens", "transfer_ms"]))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))
     if check:

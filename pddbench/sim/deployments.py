@@ -31,14 +31,18 @@ class Deployment:
     def transfer_bytes(self, tokens: int) -> int:
         return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
 
-    def pull(self, into: DecodeInstance, link, nbytes: int, on_arrival, *args) -> None:
-        """Send `nbytes` of KV over `link` to `into`: at once, or with `kv_pull_at_decode_step`
-        when `into` next runs its scheduler (the pull is the decoder's own work)."""
-        start = into.next_step_end_ms() if self.pull_at_step else self.loop.now
-        if start > self.loop.now:
-            self.loop.at(start, self._send, into, link, nbytes, on_arrival, args)
+    def when_decoder_pulls(self, into: DecodeInstance, start, *args) -> None:
+        """Call start(*args) when `into` would begin a pull: at once, or with
+        `kv_pull_at_decode_step` when `into` next runs its scheduler (the pull is its own work)."""
+        at = into.next_step_end_ms() if self.pull_at_step else self.loop.now
+        if at > self.loop.now:
+            self.loop.at(at, start, *args)
         else:
-            self._send(into, link, nbytes, on_arrival, args)
+            start(*args)
+
+    def pull(self, into: DecodeInstance, link, nbytes: int, on_arrival, *args) -> None:
+        """Send `nbytes` of KV over `link` to `into` when it begins the pull."""
+        self.when_decoder_pulls(into, self._send, into, link, nbytes, on_arrival, args)
 
     def _send(self, into: DecodeInstance, link, nbytes: int, on_arrival, args: tuple):
         """Start the transfer now; a decoder (not a relay) that is running a batch receives it
@@ -114,18 +118,11 @@ class PDD(Deployment):
                 # MD's own lease: P recomputes the prompt's last engine block (vLLM always computes
                 # at least the last token, and caches whole blocks only)
                 tail = req.input_tokens - (req.input_tokens - 1) // self.kv_block_tokens * self.kv_block_tokens
-                self.c.prefill[p_index].submit_recompute(req, tail, lambda _r: self._md_pull_at_step(state, wan_bytes))
+                self.c.prefill[p_index].submit_recompute(
+                    req, tail, lambda _r: self.when_decoder_pulls(md, self._start_md_pull, state, wan_bytes))
             else:
-                self._md_pull_at_step(state, wan_bytes)
+                self.when_decoder_pulls(md, self._start_md_pull, state, wan_bytes)
         self.pull(rld, self.c.rdma[p_index], req.rdma_kv_bytes, self._relay_kv_arrived, state)
-
-    def _md_pull_at_step(self, st: "_RelayState", wan_bytes: int) -> None:
-        now = self.loop.now
-        start = st.md.next_step_end_ms() if self.pull_at_step else now
-        if start > now:
-            self.loop.at(start, self._start_md_pull, st, wan_bytes)
-        else:
-            self._start_md_pull(st, wan_bytes)
 
     def _start_md_pull(self, st: "_RelayState", wan_bytes: int) -> None:
         req = st.req

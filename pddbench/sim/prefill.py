@@ -51,15 +51,13 @@ class PrefillInstance:
                 self.cache.insert(req.hash_ids, hit_blocks)
             cached = min(hit_blocks * self.block_size, req.input_tokens)
         computed = max(1, req.input_tokens - cached)  # the last prompt token is always computed
-        self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done))
-        self.queued_tokens += computed
-        if not self.busy:
-            self._step()
+        self.submit_recompute(req, computed, on_done)
         return req.input_tokens - computed
 
     def submit_recompute(self, req: Any, computed: int, on_done: Callable[[Any], None]) -> None:
         """Queue a prefill of the prompt's last `computed` tokens, the rest being a prefix hit
-        (a second request for a prompt just prefilled); the cache is not touched."""
+        (submit's own queueing; also a second request for a prompt just prefilled, for which the
+        cache is not touched)."""
         self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done))
         self.queued_tokens += computed
         if not self.busy:
