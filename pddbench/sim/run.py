@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import pandas as pd
@@ -22,9 +24,30 @@ def _arrivals(reqs: list[Request], rate_scale: float) -> Iterator[SimRequest]:
                          r.hash_ids, r.session_id, r.turn)
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector. A run allocates millions of short-lived tuples and
+    objects (freed by reference counting) beside a large live graph of requests, which each
+    collection walks: 1,000+ collections took ~15 % of a 100,000-request run. What is cyclic
+    (the cluster and its callbacks) is collected once the run is over."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def simulate(sc: Scenario, reqs: list[Request] | None = None,
              on_progress: Callable[[float, float], None] | None = None) -> tuple[pd.DataFrame, dict]:
     """Simulate the scenario; returns (records, facts about the run for the summary)."""
+    with _no_cycle_collection():
+        return _simulate(sc, reqs, on_progress)
+
+
+def _simulate(sc: Scenario, reqs: list[Request] | None,
+              on_progress: Callable[[float, float], None] | None) -> tuple[pd.DataFrame, dict]:
     reqs = workload_requests(sc) if reqs is None else reqs
     loop = EventLoop()
     cluster = build_cluster(sc, loop)
