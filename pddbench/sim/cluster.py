@@ -83,6 +83,8 @@ class Cluster:
         Returns (the instance's index, its cached blocks), so the match is not redone."""
         best, best_cost, best_blocks = 0, float("inf"), 0
         for i, p in enumerate(self.prefill):
+            if p.queued_tokens >= best_cost:
+                continue  # its cost is at least its queue: it cannot win, so skip the match
             # p.match_tokens(hash_ids, input_tokens), written out: this loop runs per request
             blocks = 0 if p.cache is None else p.cache.match(hash_ids)
             cost = p.queued_tokens + input_tokens - min(blocks * p.block_size, input_tokens)
