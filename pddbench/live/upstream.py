@@ -6,15 +6,24 @@ import aiohttp
 
 # vLLM closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s by default); aiohttp keeps
 # one for 15 s. A request sent on a connection the engine is closing fails: seen live, one request
-# in 40 (an http_500 from the proxy) after a 4 s pause in the trace.
+# in 40 (an http_500 from the proxy) after a 4 s pause in the trace. So a client keeps idle
+# connections for less than the engine does.
+# The engines pddbench starts keep them for ENGINE_KEEP_ALIVE_S, and the fronts (PD proxy, PDD
+# router, calibration) for FRONT_IDLE_CONNECTION_S, as a serving router keeps warm pools to its
+# decoders: with 2 s, a request after a quiet spell opened a new connection, and across the WAN
+# that handshake is one more round trip before D can pull (+45 ms on a quarter of the cross-DC
+# requests at load 0.5, which no twin models).
+ENGINE_KEEP_ALIVE_S = 120
+FRONT_IDLE_CONNECTION_S = 60.0
+# The replay client may talk to any endpoint, vLLM's 5 s default included.
 IDLE_CONNECTION_S = 2.0
 
 
 def engine_session(total_timeout_s: float = 3600) -> aiohttp.ClientSession:
-    """Every client of an engine (the fronts, the engine calibration) uses this one: the short
-    idle time keeps it off connections vLLM is about to close."""
+    """Every client of an engine pddbench started (the fronts, the engine calibration) uses this
+    one: idle connections stay warm, and go before the engine would close them."""
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=total_timeout_s),
-                                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_CONNECTION_S))
+                                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=FRONT_IDLE_CONNECTION_S))
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: dict) -> aiohttp.ClientResponse:
