@@ -224,3 +224,23 @@ def test_records_frame_equals_the_per_request_records():
         reqs.append(r)
     pd.testing.assert_frame_equal(records_frame(reqs), to_frame([r.record() for r in reqs]), check_exact=True)
     assert len(records_frame([])) == 0
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_simulate_pauses_the_cycle_collector_and_restores_it(enabled_before, monkeypatch):
+    import gc
+
+    from pddbench.scenario import load_scenario
+    from pddbench.sim import run
+
+    seen = []
+    real = run._simulate
+    monkeypatch.setattr(run, "_simulate", lambda *a: (seen.append(gc.isenabled()), real(*a))[1])
+    sc = load_scenario("scenarios/paper/pdd.yaml", ["workload.synth.requests=50"])
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        records, _ = run.simulate(sc)
+        assert gc.isenabled() is enabled_before
+    finally:
+        gc.enable()
+    assert seen == [False] and len(records) == 50

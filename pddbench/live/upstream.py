@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import aiohttp
 
+from pddbench.live.engines import ENGINE_KEEP_ALIVE_S
+
 # vLLM closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s by default); aiohttp keeps
 # one for 15 s. A request sent on a connection the engine is closing fails: seen live, one request
-# in 40 (an http_500 from the proxy) after a 4 s pause in the trace. So a client keeps idle
-# connections for less than the engine does.
-# The engines pddbench starts keep them for ENGINE_KEEP_ALIVE_S, and the fronts (PD proxy, PDD
-# router, calibration) for FRONT_IDLE_CONNECTION_S, as a serving router keeps warm pools to its
-# decoders: with 2 s, a request after a quiet spell opened a new connection, and across the WAN
-# that handshake is one more round trip before D can pull (+45 ms on a quarter of the cross-DC
-# requests at load 0.5, which no twin models).
-ENGINE_KEEP_ALIVE_S = 120
-FRONT_IDLE_CONNECTION_S = 60.0
+# in 40 (an http_500 from the proxy) after a 4 s pause in the trace. So a client lets an idle
+# connection go well before the engine would.
+# The fronts (PD proxy, PDD router, calibration) talk to engines pddbench started, which keep
+# connections ENGINE_KEEP_ALIVE_S: their pools stay warm, as a serving router's do. With 2 s, a
+# request after a quiet spell opened a new connection, and across the WAN that handshake is one
+# more round trip before D can pull (+45 ms on a quarter of the cross-DC requests at load 0.5).
+FRONT_IDLE_CONNECTION_S = ENGINE_KEEP_ALIVE_S / 2
 # The replay client may talk to any endpoint, vLLM's 5 s default included.
 IDLE_CONNECTION_S = 2.0
 
