@@ -176,23 +176,27 @@ def _fitted_link(path: Path, engine) -> dict:
             "delay_ms": round(max(0.0, link["delay_ms"] - step), 3)}
 
 
-def _busy_extra(path: Path, engine) -> dict:
+def _busy_extra(path: Path, engine, idle: str = "idle", busy: str = "d_busy", optional: bool = False) -> dict | None:
     """How much later a pull lands in a decoder that is decoding, from the run's busy check: the
-    median "d_busy" pull minus the median idle one, less what the twin models itself there (the
-    busy decoder's larger first step, and half a step of waiting for the pull to start)."""
+    median `busy` pull minus the median `idle` one ("d_busy"/"idle": D or MD; "rld_busy"/
+    "rld_idle": PDD's relay), less what the twin models itself there (the busy decoder's larger
+    first step, and half a step of waiting for the pull to start). `optional`: None when the
+    check has neither state (runs made before the relay rows existed)."""
     from pddbench.live.engine_calibration import BUSY_DECODE_STREAMS, BUSY_TRANSFER_TOKENS
     from pddbench.loading import read_number_table
 
     rows = read_number_table(path, "busy transfer check", label="state")
-    by_state = {st: float(np.median([r["transfer_ms"] for r in rows if r["state"] == st])) for st in ("idle", "d_busy")
+    by_state = {st: float(np.median([r["transfer_ms"] for r in rows if r["state"] == st])) for st in (idle, busy)
                 if any(r["state"] == st for r in rows)}
+    if optional and not by_state:
+        return None
     if len(by_state) < 2:
-        raise UserError(f"{path}: needs 'idle' and 'd_busy' rows (the live calibration writes both)")
+        raise UserError(f"{path}: needs '{idle}' and '{busy}' rows (the live calibration writes both)")
     kv = BUSY_TRANSFER_TOKENS + BUSY_DECODE_STREAMS * 64
     modelled = (engine.decode_ms(BUSY_DECODE_STREAMS + 1, kv) - engine.decode_ms(1, BUSY_TRANSFER_TOKENS)
                 + engine.decode_ms(BUSY_DECODE_STREAMS, kv) / 2)
-    measured = by_state["d_busy"] - by_state["idle"]
-    return {"idle_ms": round(by_state["idle"], 3), "d_busy_ms": round(by_state["d_busy"], 3),
+    measured = by_state[busy] - by_state[idle]
+    return {"idle_ms": round(by_state[idle], 3), "busy_ms": round(by_state[busy], 3),
             "modelled_ms": round(modelled, 3), "extra_ms": round(max(0.0, measured - modelled), 3)}
 
 
@@ -249,6 +253,10 @@ def compare_run(live_dir: Path, twin: Path | None):
             # a pull into a decoding D / MD takes longer than the idle calibration says
             link = {**link, "busy": _busy_extra(busy, engine)}
             overrides.append(f"deployment.kv_pull_busy_extra_ms={link['busy']['extra_ms']}")
+            relay_busy = _busy_extra(busy, engine, "rld_idle", "rld_busy", optional=True) if live_kind == "pdd" else None
+            if relay_busy is not None:  # the same for a pull into PDD's relay
+                link = {**link, "relay_busy": relay_busy}
+                overrides.append(f"deployment.kv_pull_relay_busy_extra_ms={relay_busy['extra_ms']}")
     elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")

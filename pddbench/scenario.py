@@ -171,6 +171,9 @@ class Deployment(_Strict):
         0.0, ge=0, le=1e6, description="simulator: a KV pull into a decoder (D or MD) that is running a batch "
         "arrives this much later (the receive shares the decoder's core with its steps); the live twins take it from "
         "the run's kv_transfer_busy_check.csv (pddbench fidelity), 0 elsewhere")
+    kv_pull_relay_busy_extra_ms: float = Field(
+        0.0, ge=0, le=1e6, description="simulator, pdd: as kv_pull_busy_extra_ms, for a pull into a relay (RLD) "
+        "that is running a batch; the PDD twin takes it from the busy check's rld_idle / rld_busy rows, 0 elsewhere")
     second_prefill_for_md: bool = Field(
         False, description="simulator, pdd: on the relay path MD's pull waits for a second prefill on P (a prefix "
         "hit recomputing the prompt's last engine block), as the live PDD router asks P twice because vLLM's "

@@ -86,9 +86,16 @@ def test_busy_decoder_extra_is_the_busy_check_less_what_the_twin_models(tmp_path
     csv.write_text("state,tokens,transfer_ms\n" + "".join(
         f"idle,512,{a}\np_busy,512,99\nd_busy,512,{b}\n" for a, b in ((20, 40), (22, 41), (900, 45))))
     # medians 22 and 41; modelled: step of 3 vs 1 (5 - 3 = 2) + half a step of 2 (2) = 4
-    assert _busy_extra(csv, Steps()) == {"idle_ms": 22.0, "d_busy_ms": 41.0, "modelled_ms": 4.0, "extra_ms": 15.0}
+    assert _busy_extra(csv, Steps()) == {"idle_ms": 22.0, "busy_ms": 41.0, "modelled_ms": 4.0, "extra_ms": 15.0}
     csv.write_text("state,tokens,transfer_ms\nidle,512,30\nd_busy,512,31\n")
     assert _busy_extra(csv, Steps())["extra_ms"] == 0.0  # never negative
+    # PDD's relay rows are read the same way; a run made before them has none (optional: None)
+    assert _busy_extra(csv, Steps(), "rld_idle", "rld_busy", optional=True) is None
+    csv.write_text("state,tokens,transfer_ms\nidle,512,30\nd_busy,512,31\nrld_idle,512,30\nrld_busy,512,130\n")
+    assert _busy_extra(csv, Steps(), "rld_idle", "rld_busy", optional=True)["extra_ms"] == 96.0
+    csv.write_text("state,tokens,transfer_ms\nidle,512,30\nd_busy,512,31\nrld_idle,512,30\n")
+    with pytest.raises(UserError, match="rld_busy"):
+        _busy_extra(csv, Steps(), "rld_idle", "rld_busy", optional=True)
     csv.write_text("state,tokens,transfer_ms\nidle,512,30\n")
     with pytest.raises(UserError, match="d_busy"):
         _busy_extra(csv, Steps())

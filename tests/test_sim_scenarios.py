@@ -217,3 +217,17 @@ def test_pull_into_a_busy_decoder_arrives_later():
     grew = leg(after) - leg(before)
     assert (grew >= 50 - 1e-6).mean() > 0.5  # D is busy for most arrivals at this load
     assert grew.median() >= 50 - 1e-6  # (a few land sooner: the batches they join have changed)
+
+
+def test_pull_into_a_busy_relay_arrives_later():
+    """kv_pull_relay_busy_extra_ms delays the P -> RLD pull of a relay that is decoding; the
+    first relay-path request finds the relay idle and is not delayed."""
+    before, _ = sim("pdd")
+    after, _ = sim("pdd", "deployment.kv_pull_relay_busy_extra_ms=50")
+    relay = before["pipeline"] != "p_md"
+    assert relay.any() and (~relay).any()
+    ok = ~before["failed"] & ~after["failed"]
+    leg = lambda rec: (rec["first_token_ms"] - rec["prefill_end_ms"])[ok & relay]
+    assert (leg(after) - leg(before)).max() >= 50 - 1e-6
+    first_relay = before.loc[relay, "prefill_end_ms"].idxmin()  # into an idle relay: no extra
+    assert after.loc[first_relay, "ttft_ms"] == before.loc[first_relay, "ttft_ms"]

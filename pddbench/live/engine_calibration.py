@@ -203,11 +203,14 @@ BUSY_DECODE_STREAMS = 2      # what keeps D decoding during the "d_busy" pulls
 
 async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str = "tiny",
                                  vocab: tuple[int, int] = (16, 1024), reps: int = 5,
-                                 seed: int = 95_000) -> list[dict]:
+                                 seed: int = 95_000, relay_url: str | None = None) -> list[dict]:
     """The P -> D pull of a BUSY_TRANSFER_TOKENS prompt in three engine states: both idle (what
     measure_kv_transfer times), P computing another prompt's prefill, D decoding other streams.
     Live, transfers happen in all three; the twin takes d_busy's extra time over idle for pulls
-    into a decoding D (pddbench/fidelity.py _busy_extra). Rows: state, tokens, transfer_ms."""
+    into a decoding D (pddbench/fidelity.py _busy_extra). With PDD's relay, also its local
+    P -> RLD pull with RLD idle ("rld_idle") and decoding other streams ("rld_busy"): in live PDD
+    runs that pull took ~100 ms more while the relay decoded, where the WAN pull into MD hardly
+    changed. Rows: state, tokens, transfer_ms."""
     from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 
     rows = []
@@ -217,18 +220,19 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
             async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
                 resp.raise_for_status()
                 kv = (await resp.json())["kv_transfer_params"]
+            into = relay_url if state.startswith("rld_") else decode_url
             load = None
             if state == "p_busy":
                 load = asyncio.ensure_future(_prefill_ms(session, prefill_url, model,
                                                          _prompt(seed + 500 + k, BUSY_PREFILL_TOKENS, *vocab)))
-            elif state == "d_busy":
-                load = asyncio.gather(*(_stream_times(session, decode_url, model,
+            elif state in ("d_busy", "rld_busy"):
+                load = asyncio.gather(*(_stream_times(session, into, model,
                                                       _prompt(seed + 1000 + k * 10 + i, 32, *vocab), 64)
                                         for i in range(BUSY_DECODE_STREAMS)))
             if load is not None:
-                await asyncio.sleep(0.3)  # P inside its prefill / D's streams decoding
+                await asyncio.sleep(0.3)  # P inside its prefill / the decoder's streams decoding
             t0 = time.monotonic()
-            async with await post(session, decode_url + "/v1/completions",
+            async with await post(session, into + "/v1/completions",
                                   one_token_body(body, kv_transfer_params=kv)) as resp:
                 await resp.read()
                 resp.raise_for_status()
@@ -237,9 +241,10 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
             if load is not None:
                 await load
 
+        states = ("idle", "p_busy", "d_busy") + (("rld_idle", "rld_busy") if relay_url else ())
         for r in range(reps):
-            for j, state in enumerate(("idle", "p_busy", "d_busy")):
-                await one(state, r * 3 + j)
+            for j, state in enumerate(states):
+                await one(state, r * len(states) + j)
     return rows
 
 
@@ -270,7 +275,8 @@ async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int,
     steps = await measure(prefill_url, decode_url, vocab=vocab, remote_decode=bool(kv_bytes_per_token), body_check=check)
     xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
         if kv_bytes_per_token else None
-    busy = await measure_busy_transfers(prefill_url, decode_url, vocab=vocab) if kv_bytes_per_token else None
+    busy = await measure_busy_transfers(prefill_url, decode_url, vocab=vocab, relay_url=relay_url) \
+        if kv_bytes_per_token else None
     # PDD's local P -> RLD pull (NIXL over UCX TCP on one host, not the RDMA the twin assumes
     # otherwise), beside the dual path's second lease on P and MD's pull, as live
     relay = await measure_relay_transfer(prefill_url, relay_url, decode_url, kv_bytes_per_token, vocab=vocab) \

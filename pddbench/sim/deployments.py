@@ -27,6 +27,7 @@ class Deployment:
         self.kind = sc.deployment.kind
         self.pull_at_step = sc.deployment.kv_pull_at_decode_step
         self.busy_extra_ms = sc.deployment.kv_pull_busy_extra_ms
+        self.relay_busy_extra_ms = sc.deployment.kv_pull_relay_busy_extra_ms
 
     def transfer_bytes(self, tokens: int) -> int:
         return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
@@ -45,10 +46,12 @@ class Deployment:
         self.when_decoder_pulls(into, self._send, into, link, nbytes, on_arrival, args)
 
     def _send(self, into: DecodeInstance, link, nbytes: int, on_arrival, args: tuple):
-        """Start the transfer now; a decoder (not a relay) that is running a batch receives it
-        `kv_pull_busy_extra_ms` later. Returns the link's Transfer."""
-        if self.busy_extra_ms and into.running and into not in self.c.relay:
-            return link.send(nbytes, self.loop.after, self.busy_extra_ms, on_arrival, *args)
+        """Start the transfer now; a decoder that is running a batch receives it
+        `kv_pull_busy_extra_ms` later (a relay: `kv_pull_relay_busy_extra_ms`). Returns the link's
+        Transfer."""
+        extra_ms = self.relay_busy_extra_ms if into in self.c.relay else self.busy_extra_ms
+        if extra_ms and into.running:
+            return link.send(nbytes, self.loop.after, extra_ms, on_arrival, *args)
         return link.send(nbytes, on_arrival, *args)
 
     # -- shared steps ---------------------------------------------------------------------------
