@@ -200,6 +200,21 @@ def _busy_extra(path: Path, engine, idle: str = "idle", busy: str = "d_busy", op
             "modelled_ms": round(modelled, 3), "extra_ms": round(max(0.0, measured - modelled), 3)}
 
 
+def _core_share_factor(path: Path) -> dict:
+    """How many times longer PDD's relay steps took while MD, on its core, pulled KV or decoded
+    (the run's core share check: median of those rows / median idle row), at least 1."""
+    from pddbench.loading import read_number_table
+
+    rows = read_number_table(path, "core share check", label="state")
+    idle = [r["tpot_ms"] for r in rows if r["state"] == "idle"]
+    busy = [r["tpot_ms"] for r in rows if r["state"] in ("md_pull", "md_decode")]
+    if not idle or not busy:
+        raise UserError(f"{path}: needs 'idle' and 'md_pull' or 'md_decode' rows (the live calibration writes them)")
+    idle_ms, busy_ms = float(np.median(idle)), float(np.median(busy))
+    return {"idle_tpot_ms": round(idle_ms, 3), "md_busy_tpot_ms": round(busy_ms, 3),
+            "step_factor": round(max(1.0, busy_ms / idle_ms), 3)}
+
+
 def _link_override(path: str, link: dict) -> str:
     """The scenario override that makes `path` (network.rdma / network.wan) the fitted link, served
     one transfer at a time as NIXL's one UCX connection per engine pair does."""
@@ -238,7 +253,7 @@ def compare_run(live_dir: Path, twin: Path | None):
         # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
         # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
         # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
-        from pddbench.live.engine_calibration import BUSY_CHECK_CSV, RELAY_TRANSFER_CSV
+        from pddbench.live.engine_calibration import BUSY_CHECK_CSV, CORE_SHARE_CSV, RELAY_TRANSFER_CSV
 
         link = _fitted_link(xfer, engine)
         overrides.append(_link_override(LINK_OF[live_kind], link))
@@ -257,6 +272,11 @@ def compare_run(live_dir: Path, twin: Path | None):
             if relay_busy is not None:  # the same for a pull into PDD's relay
                 link = {**link, "relay_busy": relay_busy}
                 overrides.append(f"deployment.kv_pull_relay_busy_extra_ms={relay_busy['extra_ms']}")
+        share = live_dir / CORE_SHARE_CSV
+        if live_kind == "pdd" and share.is_file():
+            # what RLD's steps take while MD, on the same core, pulls KV or decodes
+            link = {**link, "core_share": _core_share_factor(share)}
+            overrides.append(f"deployment.core_shared_step_factor={link['core_share']['step_factor']}")
     elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")

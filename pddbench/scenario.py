@@ -136,8 +136,8 @@ class Pool(_Strict):
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
     core_group: str | None = Field(
         None, description="simulator, decode pools: pools with the same core_group share compute; instance i of each "
-        "runs on the same core, and its busy instances divide it equally (processor sharing, as the OS time-slices "
-        "engines pinned to one CPU core: live PDD's RLD and MD)")
+        "runs on the same core, and its busy instances divide it (as the OS time-slices engines pinned to one CPU "
+        "core: live PDD's RLD and MD; see deployment.core_shared_step_factor)")
 
 
 DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"]
@@ -171,6 +171,10 @@ class Deployment(_Strict):
         0.0, ge=0, le=1e6, description="simulator: a KV pull into a decoder (D or MD) that is running a batch "
         "arrives this much later (the receive shares the decoder's core with its steps); the live twins take it from "
         "the run's kv_transfer_busy_check.csv (pddbench fidelity), 0 elsewhere")
+    core_shared_step_factor: float = Field(
+        2.0, ge=1, le=100, description="simulator, decode pools with a core_group: how many times longer a decoder's "
+        "step takes while one other decoder on its core is busy (running a batch or receiving a KV pull); k busy: "
+        "1 + (factor - 1)(k - 1). 2 = fair time-slicing; the PDD twin takes it from the run's core_share_check.csv")
     kv_pull_relay_busy_extra_ms: float = Field(
         0.0, ge=0, le=1e6, description="simulator, pdd: as kv_pull_busy_extra_ms, for a pull into a relay (RLD) "
         "that is running a batch; the PDD twin takes it from the busy check's rld_idle / rld_busy rows, 0 elsewhere")

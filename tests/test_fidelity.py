@@ -104,6 +104,24 @@ def test_busy_decoder_extra_is_the_busy_check_less_what_the_twin_models(tmp_path
         _busy_extra(csv, Steps())
 
 
+def test_core_share_factor_is_the_relays_slowdown_beside_a_busy_md(tmp_path):
+    from pddbench.errors import InputError, UserError
+    from pddbench.fidelity import _core_share_factor
+
+    csv = tmp_path / "core_share_check.csv"
+    csv.write_text("state,tpot_ms\nidle,5\nmd_pull,15\nmd_decode,12\nidle,6\nmd_pull,16\nmd_decode,900\nidle,4\n")
+    # medians: idle 5, MD busy (15, 12, 16, 900) 15.5
+    assert _core_share_factor(csv) == {"idle_tpot_ms": 5.0, "md_busy_tpot_ms": 15.5, "step_factor": 3.1}
+    csv.write_text("state,tpot_ms\nidle,5\nmd_pull,4\n")
+    assert _core_share_factor(csv)["step_factor"] == 1.0  # never below 1
+    csv.write_text("state,tpot_ms\nidle,5\n")
+    with pytest.raises(UserError, match="md_pull"):
+        _core_share_factor(csv)
+    csv.write_text("state,tpot_ms\nidle,5\nmd_pull,slow\n")
+    with pytest.raises(InputError, match=r":3.*tpot_ms"):
+        _core_share_factor(csv)
+
+
 def test_ttft_parts_and_per_request_rows():
     import io
 
@@ -255,7 +273,7 @@ def test_pdd_twin_compares_the_request_mix(tmp_path):
 def test_pdd_twin_takes_the_measured_relay_pull(tmp_path):
     """With kv_transfer_relay_calibration.csv (live PDD's P -> RLD pull over NIXL on one host) the
     twin's P -> RLD link is that fit, not the idealised RDMA profile: relay-path requests' first
-    tokens come later by about the measured fixed part; P -> MD requests do not move."""
+    tokens come later by about the measured fixed part; P -> MD requests hardly move."""
     import pandas as pd
 
     from pddbench.fidelity import fidelity
@@ -277,4 +295,5 @@ def test_pdd_twin_takes_the_measured_relay_pull(tmp_path):
     both = rows0.merge(rows1, on="request_id", suffixes=("_0", "_1")).merge(rec, on="request_id")
     moved = (both["sim_ttft_ms_1"] - both["sim_ttft_ms_0"]).groupby(both["pipeline"]).median()
     assert moved["p_rld_md"] > 0.5 * relay["delay_ms"]
-    assert abs(moved["p_md"]) < 0.1 * relay["delay_ms"]
+    # P -> MD requests move only through the core MD shares with the relay, busy for longer pulls
+    assert abs(moved["p_md"]) < 0.3 * moved["p_rld_md"]

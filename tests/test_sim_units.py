@@ -137,6 +137,28 @@ def test_decoders_sharing_a_core_divide_it_while_both_are_busy():
     assert fin["solo"] == 100.0
 
 
+def test_a_pull_into_a_core_sharer_slows_the_other_by_the_step_factor():
+    """A decodes 10 tokens at 10 ms a step; B, on A's core, receives a KV pull from 25 to 55 ms
+    without decoding. With step_factor 3, A's steps from the end of the one under way (30 ms)
+    take 30 ms until the step in which the pull ends is over (60 ms), then 10 ms again."""
+    from pddbench.sim.decode import CoreShare
+
+    loop = EventLoop()
+    core = CoreShare(step_factor=3.0)
+    a, b = (DecodeInstance(loop, name, ConstLatency(10.0), 10_000, 8, None, 512) for name in ("A", "B"))
+    for inst in (a, b):
+        inst.core = core
+        core.members.append(inst)
+    fin = {}
+    a.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("a", t)))
+    loop.at(25.0, b.pull_started)
+    loop.at(55.0, b.pull_ended)
+    loop.run()
+    # A: 3 steps alone (30 ms), 1 slowed step to 60 ms (the pull ends inside it), 6 alone
+    assert fin == {"a": 120.0}
+    assert core.busy() == 0 and b.receiving == 0
+
+
 def test_decode_admission_waits_for_kv_capacity():
     loop = EventLoop()
     d = DecodeInstance(loop, "D0", ConstLatency(10.0), kv_capacity_tokens=150, max_batch=8, cache=None, block_size=512)

@@ -248,6 +248,49 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
     return rows
 
 
+CORE_SHARE_CSV = "core_share_check.csv"
+CORE_SHARE_PULL_TOKENS = 4096  # MD's WAN pull while the relay decodes: ~1.3 s over the live WAN
+
+
+async def measure_core_sharing(prefill_url: str, relay_url: str, main_url: str, model: str = "tiny",
+                               vocab: tuple[int, int] = (16, 1024), reps: int = 3, seed: int = 98_000) -> list[dict]:
+    """PDD's RLD and MD share a core: the relay's time per token (one 64-token stream, mean gap)
+    with MD idle, MD pulling a CORE_SHARE_PULL_TOKENS prompt's KV over the WAN ("md_pull") and
+    MD decoding BUSY_DECODE_STREAMS streams ("md_decode"). Fair time-slicing would double it; the
+    twin takes the measured ratio (pddbench/fidelity.py). Rows: state, tpot_ms."""
+    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
+
+    async def md_pull(session, k: int) -> None:
+        body = {"model": model, "prompt": _prompt(seed + 100 + k, CORE_SHARE_PULL_TOKENS, *vocab), "temperature": 0.0}
+        async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
+            resp.raise_for_status()
+            kv = (await resp.json())["kv_transfer_params"]
+        async with await post(session, main_url + "/v1/completions", one_token_body(body, kv_transfer_params=kv)) as resp:
+            await resp.read()
+            resp.raise_for_status()
+
+    rows = []
+    async with engine_session(total_timeout_s=600) as session:
+        for r in range(reps):
+            for j, state in enumerate(("idle", "md_pull", "md_decode")):
+                k = r * 3 + j
+                load = None
+                if state == "md_pull":
+                    load = asyncio.ensure_future(md_pull(session, k))
+                elif state == "md_decode":
+                    load = asyncio.gather(*(_stream_times(session, main_url, model,
+                                                          _prompt(seed + 1000 + k * 10 + i, 32, *vocab), 200)
+                                            for i in range(BUSY_DECODE_STREAMS)))
+                if load is not None:
+                    await asyncio.sleep(0.2)  # MD's pull under way / its streams decoding
+                times = await _stream_times(session, relay_url, model, _prompt(seed + k, 32, *vocab), 64)
+                gaps = [b - a for a, b in zip(times, times[1:])]
+                rows.append({"state": state, "tpot_ms": round(sum(gaps) / len(gaps) * 1000, 3)})
+                if load is not None:
+                    await load
+    return rows
+
+
 def fit_link(rows: list[dict]) -> dict:
     """transfer_ms = delay_ms + kv_bytes / rate, fitted to the median of each size (one slow
     outlier must not move the line) -> a link profile for the twin. A flat or falling line means
@@ -281,7 +324,9 @@ async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int,
     # otherwise), beside the dual path's second lease on P and MD's pull, as live
     relay = await measure_relay_transfer(prefill_url, relay_url, decode_url, kv_bytes_per_token, vocab=vocab) \
         if kv_bytes_per_token and relay_url else None
-    return steps, xfer, check, busy, relay
+    share = await measure_core_sharing(prefill_url, relay_url, decode_url, vocab=vocab) \
+        if kv_bytes_per_token and relay_url else None
+    return steps, xfer, check, busy, relay, share
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
     p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
     a = p.parse_args(argv)
-    steps, xfer, check, busy, relay = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
+    steps, xfer, check, busy, relay, share = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
                                                           a.relay))
     if busy:  # what the engines' state does to a pull (fidelity: the twin's busy-decoder extra)
         write_text(Path(a.out) / BUSY_CHECK_CSV, to_csv(busy, ["state", "tokens", "transfer_ms"]))
@@ -312,6 +357,8 @@ def main(argv: list[str] | None = None) -> None:
         write_text(Path(a.out) / "kv_transfer_calibration.csv", to_csv(xfer, ["tokens", "kv_bytes", "transfer_ms"]))
     if relay is not None:
         write_text(Path(a.out) / RELAY_TRANSFER_CSV, to_csv(relay, ["tokens", "kv_bytes", "transfer_ms"]))
+    if share is not None:
+        write_text(Path(a.out) / CORE_SHARE_CSV, to_csv(share, ["state", "tpot_ms"]))
 
 
 if __name__ == "__main__":

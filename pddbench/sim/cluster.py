@@ -149,7 +149,7 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
     for role, pool in d.pools().items():
         if pool.core_group is not None and role in pools:
             for i, inst in enumerate(pools[role]):
-                inst.core = shares.setdefault((pool.core_group, i), CoreShare())
+                inst.core = shares.setdefault((pool.core_group, i), CoreShare(d.core_shared_step_factor))
                 inst.core.members.append(inst)
     wan = Link(loop, sc.network.wan_profile(), "wan", sc.network.wan_lines)
     return Cluster(loop, prefill, rdma, decode, relay, wan, d.decode_routing_slack_seqs)

@@ -35,16 +35,25 @@ class DecodeJob:
 
 
 class CoreShare:
-    """Decode instances on one compute core: each busy one gets 1/k of it when k are busy (the OS
-    time-slicing engines pinned to one CPU). A change in k re-times the others' steps from the end
-    of the step each is in (a step under way keeps its pace)."""
-    __slots__ = ("members",)
+    """Decode instances on one compute core. A member is busy while it runs a batch or receives a
+    KV pull (vLLM's engine loop polls the transfer on its core; live, a relay decoded ~3x slower
+    while MD on its core pulled a prompt over the WAN). With k busy, a busy member's step takes
+    1 + (step_factor - 1)(k - 1) times its own: step_factor 2 is fair time-slicing between two.
+    A change in k re-times the others' steps from the end of the step each is in (a step under
+    way keeps its pace)."""
+    __slots__ = ("members", "step_factor")
 
-    def __init__(self) -> None:
+    def __init__(self, step_factor: float = 2.0) -> None:
         self.members: list["DecodeInstance"] = []
+        self.step_factor = step_factor
 
     def busy(self) -> int:
-        return sum(1 for m in self.members if m.running)
+        return sum(1 for m in self.members if m.running or m.receiving)
+
+    def slowdown(self, member: "DecodeInstance") -> float:
+        """How many times longer `member`'s steps take, counting it as busy."""
+        k = self.busy() + (0 if member.running or member.receiving else 1)
+        return 1.0 + (self.step_factor - 1.0) * (k - 1)
 
     def changed(self, by: "DecodeInstance") -> None:
         for m in self.members:
@@ -77,6 +86,7 @@ class DecodeInstance:
         self._busy_since: float | None = None
         self.peak_batch = 0
         self.core: CoreShare | None = None  # set by the cluster when the instance shares a core
+        self.receiving = 0  # KV pulls into this instance under way (counted on a shared core only)
 
     # -- observable state (for routing and policy) ------------------------------------------------
     def utilisation(self) -> float:
@@ -108,11 +118,22 @@ class DecodeInstance:
             return self.t0 + c * self.step_ms, self.s0 + c
         return self.t0 + (c + 1) * self.step_ms, self.s0 + c + 1
 
-    def _share(self) -> int:
-        """How many busy instances divide this one's core, counting itself as busy."""
+    def _share(self) -> float:
+        """How many times longer this instance's steps take on its shared core (1 alone)."""
         if self.core is None:
             return 1
-        return self.core.busy() + (0 if self.running else 1)
+        return self.core.slowdown(self)
+
+    def pull_started(self) -> None:
+        """A KV pull into this instance began (it is busy on a shared core until pull_ended)."""
+        self.receiving += 1
+        if self.core is not None and self.receiving == 1 and not self.running:
+            self.core.changed(self)
+
+    def pull_ended(self) -> None:
+        self.receiving -= 1
+        if self.core is not None and not self.receiving and not self.running:
+            self.core.changed(self)
 
     def next_step_end_ms(self) -> float:
         """When the instance's scheduler next runs: now if it is idle or between steps, else the
@@ -167,7 +188,7 @@ class DecodeInstance:
             heapq.heappop(self._finish_heap)  # stopped (handed-off) jobs never finish here
         if self._finish_heap:
             self.loop.at(self._step_end_ms(self._finish_heap[0][0]), self._on_finish_event, self._version)
-        if self.core is not None and was_busy != bool(n):
+        if self.core is not None and was_busy != bool(n) and not self.receiving:
             self.core.changed(self)  # last: this instance is consistent if a sharer's change calls back
 
     def _push_gap(self, step: int, gap: float) -> None:

@@ -50,7 +50,11 @@ class Deployment:
         `kv_pull_busy_extra_ms` later (a relay: `kv_pull_relay_busy_extra_ms`). Returns the link's
         Transfer."""
         extra_ms = self.relay_busy_extra_ms if into in self.c.relay else self.busy_extra_ms
-        if extra_ms and into.running:
+        busy = into.running
+        if into.core is not None:  # the pull keeps a core-sharing decoder busy until its KV is in
+            into.pull_started()
+            on_arrival, args = _pull_done, (into, on_arrival, args)
+        if extra_ms and busy:
             return link.send(nbytes, self.loop.after, extra_ms, on_arrival, *args)
         return link.send(nbytes, on_arrival, *args)
 
@@ -164,6 +168,8 @@ class PDD(Deployment):
             req.handoff_mode = "relay_finish"
             if st.wan_tr is not None and not st.wan_tr.done and self.sc.policy.relay_finish_stops_wan_kv:
                 saved = int(self.c.wan.cancel(st.wan_tr))
+                if st.md.core is not None:
+                    st.md.pull_ended()  # a cancelled pull never arrives
                 if saved > 0 or not st.wan_tr.done:
                     req.transfer_aborted = True
                     req.transfer_abort_reason = "relay_finish"
@@ -258,6 +264,11 @@ class _RelayState:
         self.rounds = 0
         self.last_relay_token_ms = float("nan")
         self.skip_relay = False
+
+
+def _pull_done(into: DecodeInstance, on_arrival, args: tuple) -> None:
+    into.pull_ended()
+    on_arrival(*args)
 
 
 def _first_token(job: DecodeJob) -> None:
