@@ -200,9 +200,12 @@ def _busy_extra(path: Path, engine, idle: str = "idle", busy: str = "d_busy", op
             "modelled_ms": round(modelled, 3), "extra_ms": round(max(0.0, measured - modelled), 3)}
 
 
-def _core_share_factor(path: Path) -> dict:
-    """How many times longer PDD's relay steps took while MD, on its core, pulled KV or decoded
-    (the run's core share check: median of those rows / median idle row), at least 1."""
+def _core_share_factor(path: Path, engine) -> dict:
+    """From the run's core share check: how many times longer PDD's relay steps took while MD,
+    on its core, pulled KV or decoded (median of those rows / median idle row, at least 1), and
+    the relay's own pace alone against the step-time fit (made on MD): the idle rows' median over
+    the fit's one-sequence step at the stream's context."""
+    from pddbench.live.engine_calibration import CORE_SHARE_CONTEXT_TOKENS
     from pddbench.loading import read_number_table
 
     rows = read_number_table(path, "core share check", label="state")
@@ -211,8 +214,10 @@ def _core_share_factor(path: Path) -> dict:
     if not idle or not busy:
         raise UserError(f"{path}: needs 'idle' and 'md_pull' or 'md_decode' rows (the live calibration writes them)")
     idle_ms, busy_ms = float(np.median(idle)), float(np.median(busy))
+    fit_ms = engine.decode_ms(1, CORE_SHARE_CONTEXT_TOKENS)
     return {"idle_tpot_ms": round(idle_ms, 3), "md_busy_tpot_ms": round(busy_ms, 3),
-            "step_factor": round(max(1.0, busy_ms / idle_ms), 3)}
+            "step_factor": round(max(1.0, busy_ms / idle_ms), 3), "fit_step_ms": round(fit_ms, 3),
+            "relay_step_factor": round(idle_ms / fit_ms, 3)}
 
 
 def _link_override(path: str, link: dict) -> str:
@@ -275,8 +280,9 @@ def compare_run(live_dir: Path, twin: Path | None):
         share = live_dir / CORE_SHARE_CSV
         if live_kind == "pdd" and share.is_file():
             # what RLD's steps take while MD, on the same core, pulls KV or decodes
-            link = {**link, "core_share": _core_share_factor(share)}
-            overrides.append(f"deployment.core_shared_step_factor={link['core_share']['step_factor']}")
+            link = {**link, "core_share": _core_share_factor(share, engine)}
+            overrides += [f"deployment.core_shared_step_factor={link['core_share']['step_factor']}",
+                          f"deployment.relay_step_factor={link['core_share']['relay_step_factor']}"]
     elif live_kind in NEEDS_TRANSFER:
         raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
                         "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")

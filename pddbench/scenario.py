@@ -175,6 +175,10 @@ class Deployment(_Strict):
         2.0, ge=1, le=100, description="simulator, decode pools with a core_group: how many times longer a decoder's "
         "step takes while one other decoder on its core is busy (running a batch or receiving a KV pull); k busy: "
         "1 + (factor - 1)(k - 1). 2 = fair time-slicing; the PDD twin takes it from the run's core_share_check.csv")
+    relay_step_factor: float = Field(
+        1.0, gt=0, le=100, description="simulator, pdd: the relay's decode steps take this many times the relay "
+        "pool's latency model says; the PDD twin, whose step times are fitted to MD, takes the relay's own measured "
+        "pace from the run's core_share_check.csv (its idle rows against the fit)")
     kv_pull_relay_busy_extra_ms: float = Field(
         0.0, ge=0, le=1e6, description="simulator, pdd: as kv_pull_busy_extra_ms, for a pull into a relay (RLD) "
         "that is running a batch; the PDD twin takes it from the busy check's rld_idle / rld_busy rows, 0 elsewhere")

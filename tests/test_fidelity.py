@@ -108,18 +108,23 @@ def test_core_share_factor_is_the_relays_slowdown_beside_a_busy_md(tmp_path):
     from pddbench.errors import InputError, UserError
     from pddbench.fidelity import _core_share_factor
 
+    class Steps:  # MD's fit: 2 ms + 0.01 ms per KV token -> 2.64 ms at the stream's 64
+        def decode_ms(self, batch, kv_tokens, extend_tokens=0):
+            return 2.0 + 0.01 * kv_tokens
+
     csv = tmp_path / "core_share_check.csv"
-    csv.write_text("state,tpot_ms\nidle,5\nmd_pull,15\nmd_decode,12\nidle,6\nmd_pull,16\nmd_decode,900\nidle,4\n")
-    # medians: idle 5, MD busy (15, 12, 16, 900) 15.5
-    assert _core_share_factor(csv) == {"idle_tpot_ms": 5.0, "md_busy_tpot_ms": 15.5, "step_factor": 3.1}
+    csv.write_text("state,tpot_ms\nidle,5.28\nmd_pull,15\nmd_decode,12\nidle,6\nmd_pull,16.4\nmd_decode,900\nidle,4\n")
+    # medians: idle 5.28, MD busy (15, 12, 16.4, 900) 15.7; the relay alone is 2x the fit
+    assert _core_share_factor(csv, Steps()) == {"idle_tpot_ms": 5.28, "md_busy_tpot_ms": 15.7, "step_factor": 2.973,
+                                                "fit_step_ms": 2.64, "relay_step_factor": 2.0}
     csv.write_text("state,tpot_ms\nidle,5\nmd_pull,4\n")
-    assert _core_share_factor(csv)["step_factor"] == 1.0  # never below 1
+    assert _core_share_factor(csv, Steps())["step_factor"] == 1.0  # never below 1
     csv.write_text("state,tpot_ms\nidle,5\n")
     with pytest.raises(UserError, match="md_pull"):
-        _core_share_factor(csv)
+        _core_share_factor(csv, Steps())
     csv.write_text("state,tpot_ms\nidle,5\nmd_pull,slow\n")
     with pytest.raises(InputError, match=r":3.*tpot_ms"):
-        _core_share_factor(csv)
+        _core_share_factor(csv, Steps())
 
 
 def test_ttft_parts_and_per_request_rows():

@@ -1,5 +1,7 @@
 """Unit tests of the simulator's parts on hand-checkable numbers."""
 
+from pathlib import Path
+
 import pytest
 
 from netem.profile import LinkProfile, Outages
@@ -157,6 +159,18 @@ def test_a_pull_into_a_core_sharer_slows_the_other_by_the_step_factor():
     # A: 3 steps alone (30 ms), 1 slowed step to 60 ms (the pull ends inside it), 6 alone
     assert fin == {"a": 120.0}
     assert core.busy() == 0 and b.receiving == 0
+
+
+def test_relay_step_factor_scales_only_the_relays_decode_steps():
+    from pddbench.scenario import load_scenario
+    from pddbench.sim.cluster import build_cluster
+
+    pdd = Path(__file__).resolve().parent.parent / "scenarios" / "paper" / "pdd.yaml"
+    c = build_cluster(load_scenario(pdd, ["deployment.relay_step_factor=2.5"]), EventLoop())
+    plain = build_cluster(load_scenario(pdd), EventLoop())
+    assert c.relay[0].latency.decode_ms(4, 1000) == pytest.approx(2.5 * plain.relay[0].latency.decode_ms(4, 1000))
+    assert c.relay[0].latency.prefill_ms(512, 1e5) == plain.relay[0].latency.prefill_ms(512, 1e5)
+    assert c.decode[0].latency.decode_ms(4, 1000) == plain.decode[0].latency.decode_ms(4, 1000)
 
 
 def test_decode_admission_waits_for_kv_capacity():

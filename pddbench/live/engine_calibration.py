@@ -250,6 +250,7 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
 
 CORE_SHARE_CSV = "core_share_check.csv"
 CORE_SHARE_PULL_TOKENS = 4096  # MD's WAN pull while the relay decodes: ~1.3 s over the live WAN
+CORE_SHARE_CONTEXT_TOKENS = 64  # the relay's timed stream: a 32-token prompt, 64 tokens out (mean context)
 
 
 async def measure_core_sharing(prefill_url: str, relay_url: str, main_url: str, model: str = "tiny",

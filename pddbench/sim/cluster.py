@@ -10,7 +10,7 @@ from pddbench.errors import UserError
 from pddbench.scenario import Pool, Scenario
 from pddbench.sim.decode import CoreShare, DecodeInstance
 from pddbench.sim.engine import EventLoop
-from pddbench.sim.latency import Calibrated, LatencyModel, Roofline
+from pddbench.sim.latency import Calibrated, LatencyModel, Roofline, ScaledDecode
 from pddbench.sim.link import Link
 from pddbench.sim.prefill import PrefillInstance
 
@@ -141,9 +141,10 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
 
     decode = decoders(d.decode, "decode", "D") if d.kind != "pdd" else decoders(d.main, "main", "MD")
     relay = decoders(d.relay, "relay", "RLD") if d.kind == "pdd" else []
-    if relay:
-        for r in relay:
-            r.cache = None  # the relay keeps no prefix cache: it gets every prompt's KV over RDMA
+    for r in relay:
+        r.cache = None  # the relay keeps no prefix cache: it gets every prompt's KV over RDMA
+        if d.relay_step_factor != 1.0:
+            r.latency = ScaledDecode(r.latency, d.relay_step_factor)
     pools = {"decode": decode, "main": decode, "relay": relay}
     shares: dict[tuple[str, int], CoreShare] = {}
     for role, pool in d.pools().items():

@@ -51,6 +51,20 @@ class LatencyModel(Protocol):
 
 
 @dataclass(frozen=True)
+class ScaledDecode:
+    """Another model's steps with decode `factor` times as long: an engine measured to decode at
+    its own pace (the PDD twin's relay, deployment.relay_step_factor)."""
+    inner: LatencyModel
+    factor: float
+
+    def prefill_ms(self, tokens: int, attn_pairs: float) -> float:
+        return self.inner.prefill_ms(tokens, attn_pairs)
+
+    def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
+        return self.inner.decode_ms(batch, kv_tokens, extend_tokens) * self.factor
+
+
+@dataclass(frozen=True)
 class Roofline:
     chips: int
     peak_flops: float          # per chip, FLOP/s
