@@ -111,17 +111,23 @@ def test_decode_tokens_and_finish_time():
     assert out == {"first": 10.0, "finish": 50.0}
 
 
-def test_decoders_sharing_a_core_divide_it_while_both_are_busy():
-    """A decodes 10 tokens alone at 10 ms a step; B (a 3-token job) joins at 25 ms: from A's next
-    step end (30 ms) both step at 20 ms until B finishes, then A is back to 10 ms."""
+def _two_decoders_on_one_core(step_factor: float = 2.0):
+    """(loop, core, A, B): two decoders of 10 ms steps sharing one core."""
     from pddbench.sim.decode import CoreShare
 
     loop = EventLoop()
-    core = CoreShare()
+    core = CoreShare(step_factor)
     a, b = (DecodeInstance(loop, name, ConstLatency(10.0), 10_000, 8, None, 512) for name in ("A", "B"))
     for inst in (a, b):
         inst.core = core
         core.members.append(inst)
+    return loop, core, a, b
+
+
+def test_decoders_sharing_a_core_divide_it_while_both_are_busy():
+    """A decodes 10 tokens alone at 10 ms a step; B (a 3-token job) joins at 25 ms: from A's next
+    step end (30 ms) both step at 20 ms until B finishes, then A is back to 10 ms."""
+    loop, core, a, b = _two_decoders_on_one_core()
     fin = {}
     a.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("a", t)))
     loop.at(25.0, lambda: b.submit(DecodeJob(Req(), 100, 3, 0, None, lambda j, t: fin.setdefault("b", t))))
@@ -143,14 +149,7 @@ def test_a_pull_into_a_core_sharer_slows_the_other_by_the_step_factor():
     """A decodes 10 tokens at 10 ms a step; B, on A's core, receives a KV pull from 25 to 55 ms
     without decoding. With step_factor 3, A's steps from the end of the one under way (30 ms)
     take 30 ms until the step in which the pull ends is over (60 ms), then 10 ms again."""
-    from pddbench.sim.decode import CoreShare
-
-    loop = EventLoop()
-    core = CoreShare(step_factor=3.0)
-    a, b = (DecodeInstance(loop, name, ConstLatency(10.0), 10_000, 8, None, 512) for name in ("A", "B"))
-    for inst in (a, b):
-        inst.core = core
-        core.members.append(inst)
+    loop, core, a, b = _two_decoders_on_one_core(step_factor=3.0)
     fin = {}
     a.submit(DecodeJob(Req(), 100, 10, 0, None, lambda j, t: fin.setdefault("a", t)))
     loop.at(25.0, b.pull_started)
