@@ -126,6 +126,25 @@ async def measure(prefill_url: str, decode_url: str, model: str = "tiny", vocab:
     return rows
 
 
+async def _lease(session, prefill_url: str, body: dict) -> dict:
+    """P prefills `body` keeping the KV for a remote decoder; returns its kv_transfer_params."""
+    from pddbench.live.kv_requests import remote_decode_prefill_body
+
+    async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
+        resp.raise_for_status()
+        return (await resp.json())["kv_transfer_params"]
+
+
+async def _pull(session, url: str, body: dict, kv: dict) -> float:
+    """The decoder at `url` pulls that KV and answers one token; returns when it answered."""
+    from pddbench.live.kv_requests import one_token_body
+
+    async with await post(session, url + "/v1/completions", one_token_body(body, kv_transfer_params=kv)) as resp:
+        await resp.read()
+        resp.raise_for_status()
+    return time.monotonic()
+
+
 TRANSFER_TOKENS = (128, 512, 1024, 2048, 4096)  # 128: one block, what a mostly cached prompt moves
 
 
@@ -135,23 +154,15 @@ async def measure_kv_transfer(prefill_url: str, decode_url: str, kv_bytes_per_to
     do_remote_decode; the time from then until D answers a one-token request with P's
     kv_transfer_params is the pull plus D's one-token step (`pddbench fidelity` subtracts D's
     calibrated batch-1 step from the fitted fixed part, since the twin simulates that step)."""
-    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
-
     rows = []
     async with engine_session(total_timeout_s=600) as session:
         for n in TRANSFER_TOKENS:
             for r in range(reps):
                 body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
-                async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
-                    resp.raise_for_status()
-                    kv = (await resp.json())["kv_transfer_params"]
+                kv = await _lease(session, prefill_url, body)
                 t0 = time.monotonic()
-                async with await post(session, decode_url + "/v1/completions",
-                                      one_token_body(body, kv_transfer_params=kv)) as resp:
-                    await resp.read()
-                    resp.raise_for_status()
-                rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token,
-                             "transfer_ms": round((time.monotonic() - t0) * 1000, 3)})
+                t1 = await _pull(session, decode_url, body, kv)
+                rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token, "transfer_ms": round((t1 - t0) * 1000, 3)})
     return rows
 
 
@@ -167,29 +178,16 @@ async def measure_relay_transfer(prefill_url: str, relay_url: str, main_url: str
     until RLD answers is the pull plus RLD's one-token step, with what competes with it live: P's
     second step (UCX over TCP progresses the read on the core that computes) and MD's pull on the
     core RLD shares. Rows as measure_kv_transfer's."""
-    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
-
-    async def answer(session, url: str, body: dict) -> float:
-        async with await post(session, url + "/v1/completions", body) as resp:
-            await resp.read()
-            resp.raise_for_status()
-        return time.monotonic()
-
-    async def lease(session, body: dict) -> dict:
-        async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
-            resp.raise_for_status()
-            return (await resp.json())["kv_transfer_params"]
-
     rows = []
     async with engine_session(total_timeout_s=600) as session:
         for r in range(reps):  # reps go round the sizes, as measure() does
             for n in sizes:
                 body = {"model": model, "prompt": _prompt(seed + n * 10 + r, n, *vocab), "temperature": 0.0}
-                kv = await lease(session, body)
+                kv = await _lease(session, prefill_url, body)
                 t0 = time.monotonic()
-                relay = asyncio.ensure_future(answer(session, relay_url, one_token_body(body, kv_transfer_params=kv)))
-                kv2 = await lease(session, body)
-                main = asyncio.ensure_future(answer(session, main_url, one_token_body(body, kv_transfer_params=kv2)))
+                relay = asyncio.ensure_future(_pull(session, relay_url, body, kv))
+                kv2 = await _lease(session, prefill_url, body)
+                main = asyncio.ensure_future(_pull(session, main_url, body, kv2))
                 t_relay, _ = await asyncio.gather(relay, main)
                 rows.append({"tokens": n, "kv_bytes": n * kv_bytes_per_token, "transfer_ms": round((t_relay - t0) * 1000, 3)})
     return rows
@@ -211,15 +209,11 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
     P -> RLD pull with RLD idle ("rld_idle") and decoding other streams ("rld_busy"): in live PDD
     runs that pull took ~100 ms more while the relay decoded, where the WAN pull into MD hardly
     changed. Rows: state, tokens, transfer_ms."""
-    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
-
     rows = []
     async with engine_session(total_timeout_s=600) as session:
         async def one(state: str, k: int) -> None:
             body = {"model": model, "prompt": _prompt(seed + k, BUSY_TRANSFER_TOKENS, *vocab), "temperature": 0.0}
-            async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
-                resp.raise_for_status()
-                kv = (await resp.json())["kv_transfer_params"]
+            kv = await _lease(session, prefill_url, body)
             into = relay_url if state.startswith("rld_") else decode_url
             load = None
             if state == "p_busy":
@@ -232,12 +226,8 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
             if load is not None:
                 await asyncio.sleep(0.3)  # P inside its prefill / the decoder's streams decoding
             t0 = time.monotonic()
-            async with await post(session, into + "/v1/completions",
-                                  one_token_body(body, kv_transfer_params=kv)) as resp:
-                await resp.read()
-                resp.raise_for_status()
-            rows.append({"state": state, "tokens": BUSY_TRANSFER_TOKENS,
-                         "transfer_ms": round((time.monotonic() - t0) * 1000, 3)})
+            t1 = await _pull(session, into, body, kv)
+            rows.append({"state": state, "tokens": BUSY_TRANSFER_TOKENS, "transfer_ms": round((t1 - t0) * 1000, 3)})
             if load is not None:
                 await load
 
@@ -259,16 +249,9 @@ async def measure_core_sharing(prefill_url: str, relay_url: str, main_url: str, 
     with MD idle, MD pulling a CORE_SHARE_PULL_TOKENS prompt's KV over the WAN ("md_pull") and
     MD decoding BUSY_DECODE_STREAMS streams ("md_decode"). Fair time-slicing would double it; the
     twin takes the measured ratio (pddbench/fidelity.py). Rows: state, tpot_ms."""
-    from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
-
     async def md_pull(session, k: int) -> None:
         body = {"model": model, "prompt": _prompt(seed + 100 + k, CORE_SHARE_PULL_TOKENS, *vocab), "temperature": 0.0}
-        async with await post(session, prefill_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
-            resp.raise_for_status()
-            kv = (await resp.json())["kv_transfer_params"]
-        async with await post(session, main_url + "/v1/completions", one_token_body(body, kv_transfer_params=kv)) as resp:
-            await resp.read()
-            resp.raise_for_status()
+        await _pull(session, main_url, body, await _lease(session, prefill_url, body))
 
     rows = []
     async with engine_session(total_timeout_s=600) as session:

@@ -48,11 +48,11 @@ class CoreShare:
         self.step_factor = step_factor
 
     def busy(self) -> int:
-        return sum(1 for m in self.members if m.running or m.receiving)
+        return sum(1 for m in self.members if m.busy_on_core())
 
     def slowdown(self, member: "DecodeInstance") -> float:
         """How many times longer `member`'s steps take, counting it as busy."""
-        k = self.busy() + (0 if member.running or member.receiving else 1)
+        k = self.busy() + (0 if member.busy_on_core() else 1)
         return 1.0 + (self.step_factor - 1.0) * (k - 1)
 
     def changed(self, by: "DecodeInstance") -> None:
@@ -124,15 +124,21 @@ class DecodeInstance:
             return 1
         return self.core.slowdown(self)
 
+    def busy_on_core(self) -> bool:
+        """Running a batch or receiving a KV pull: either takes a shared core's time."""
+        return bool(self.running) or self.receiving > 0
+
     def pull_started(self) -> None:
         """A KV pull into this instance began (it is busy on a shared core until pull_ended)."""
-        self.receiving += 1
-        if self.core is not None and self.receiving == 1 and not self.running:
-            self.core.changed(self)
+        self._count_pulls(+1)
 
     def pull_ended(self) -> None:
-        self.receiving -= 1
-        if self.core is not None and not self.receiving and not self.running:
+        self._count_pulls(-1)
+
+    def _count_pulls(self, change: int) -> None:
+        was_busy = self.busy_on_core()
+        self.receiving += change
+        if self.core is not None and self.busy_on_core() != was_busy:
             self.core.changed(self)
 
     def next_step_end_ms(self) -> float:

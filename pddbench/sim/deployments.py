@@ -50,11 +50,10 @@ class Deployment:
         `kv_pull_busy_extra_ms` later (a relay: `kv_pull_relay_busy_extra_ms`). Returns the link's
         Transfer."""
         extra_ms = self.relay_busy_extra_ms if into in self.c.relay else self.busy_extra_ms
-        busy = into.running
         if into.core is not None:  # the pull keeps a core-sharing decoder busy until its KV is in
             into.pull_started()
             on_arrival, args = _pull_done, (into, on_arrival, args)
-        if extra_ms and busy:
+        if extra_ms and into.running:
             return link.send(nbytes, self.loop.after, extra_ms, on_arrival, *args)
         return link.send(nbytes, on_arrival, *args)
 
