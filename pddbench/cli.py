@@ -549,11 +549,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exit as exc:
         sys.exit(exc.exit_code)
     except Abort:
-        _one_line("interrupted; nothing was written", 130, color="yellow", prefix="")
+        _interrupted("interrupted; nothing was written")
     except UserError as exc:
         _one_line(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        _one_line(str(exc) or "interrupted; nothing was written", 130, color="yellow", prefix="")
+        _interrupted(str(exc) or "interrupted; nothing was written")
     except BrokenPipeError:  # `pddbench ... | head`: the reader left; say nothing more
         import os
 
@@ -583,6 +583,20 @@ def _finite_options(argv: list[str]) -> None:
 def _command(exc) -> str:
     ctx = getattr(exc, "ctx", None)
     return f"{ctx.command_path}: " if ctx is not None else ""
+
+
+def _interrupted(text: str) -> None:
+    """Ctrl-C, handled (folders cleaned or marked): the line, then exit 130. Not sys.exit: when the
+    signal lands while CPython runs code through PyRun_String (some imports do), CPython remembers
+    an "unhandled" KeyboardInterrupt and, though it was caught, ends the process by SIGINT (-2)."""
+    import os
+
+    try:
+        _one_line(text, 130, color="yellow", prefix="")
+    except SystemExit:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _one_line(text: str, code: int, color: str = "bold red", prefix: str = "error: ") -> None:
