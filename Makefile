@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # machine's disk; elsewhere add the PyTorch CPU wheel index:
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 # The PyPI builds of torchvision/torchaudio/torchcodec/triton break beside CPU torch: removed.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py pddbench/cache/_prefix_cache.pyx Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,cluster]"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,live,cluster]" || \

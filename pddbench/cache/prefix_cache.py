@@ -43,6 +43,10 @@ class PrefixCache:
     def __contains__(self, block_id: int) -> bool:
         return block_id in self._stamp
 
+    def held_blocks(self) -> list[int]:
+        """Every held block id (in no particular order)."""
+        return list(self._stamp)
+
     def match(self, hash_ids: Sequence[int]) -> int:
         """Number of leading blocks of `hash_ids` held now (does not change recency)."""
         held = self._stamp

@@ -14,7 +14,7 @@ import uuid
 import aiohttp
 from aiohttp import web
 
-from pddbench.cache.prefix_cache import PrefixCache
+from pddbench.cache import PrefixCache
 from pddbench.live.injected_delay import add_delay
 from pddbench.live.router.config import RouterConfig, Trip
 from pddbench.live.router.flow import Router

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from pddbench.cache.prefix_cache import PrefixCache
+from pddbench.cache import PrefixCache
 from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 from pddbench.live.router.config import RouterConfig, Trip
 from pddbench.live.router.stream import Stream, post_json
