@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BUILT  := $(VENV)/.compiled
+# sources of the compiled modules (setup.py, pddbench/_compiled.py): a change rebuilds them
+COMPILED_SRC := setup.py pddbench/_compiled.py pddbench/cache/_prefix_cache.pyx $(wildcard pddbench/sim/*.py) \
+	pddbench/policy/pdd.py pddbench/workload/synth.py
 
 .PHONY: setup sysdeps run test bench bench-baseline nightly clean
 
@@ -12,7 +16,7 @@ STAMP  := $(VENV)/.installed
 # machine's disk; elsewhere add the PyTorch CPU wheel index:
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 # The PyPI builds of torchvision/torchaudio/torchcodec/triton break beside CPU torch: removed.
-$(STAMP): pyproject.toml setup.py pddbench/cache/_prefix_cache.pyx Makefile
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,cluster]"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,live,cluster]" || \
@@ -33,7 +37,12 @@ sysdeps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4 >/dev/null; \
 	fi
 
-setup: $(STAMP) sysdeps
+# The compiled speed-ups (optional: pure Python where they do not build) are rebuilt alone.
+$(BUILT): $(STAMP) $(COMPILED_SRC)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(BUILT)
+
+setup: $(STAMP) $(BUILT) sysdeps
 
 run: setup
 	$(BIN)/pddbench reproduce

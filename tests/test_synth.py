@@ -1,4 +1,6 @@
 import hashlib
+import math
+import random
 
 import numpy as np
 import pytest
@@ -83,3 +85,22 @@ def test_bad_config_refused(kwargs):
 def test_cli_bad_hist_is_clear():
     res = run_cli("trace", "synth", "--target-hist", "a,b")
     assert res.returncode == 2 and "--target-hist" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_lean_draws_are_the_stdlib_draws(seed):
+    """The generator's written-out draws give what random.Random's give, and leave the same stream."""
+    from pddbench.workload.synth import _Draws
+
+    ours, std = _Draws(seed), random.Random(seed)
+    for i in range(3000):
+        lo, hi = i % 17, i % 17 + (i * 7919) % 100_000
+        assert ours.randint(lo, hi) == std.randint(lo, hi)
+        mu, sigma = math.log(1 + i % 300), 0.1 + (i % 11) / 5
+        assert ours.lognormvariate(mu, sigma) == std.lognormvariate(mu, sigma)
+        pop = list(range(1 + i % 7))
+        weights = [0.05 + ((i * 31 + j) % 13) / 10 for j in pop]
+        assert ours.weighted_choice(pop, weights) == std.choices(pop, weights=weights)[0]
+    assert ours.random() == std.random()
+    with pytest.raises(ValueError):
+        ours.randint(5, 4)

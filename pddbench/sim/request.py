@@ -75,32 +75,25 @@ class SimRequest:
         }
 
 
-# Attributes copied into the records as they are (the other columns are derived below).
-_COPIED = (
-    "request_id", "session_id", "turn", "arrival_ms", "input_tokens", "output_tokens", "p_cached_tokens",
-    "decode_cached_tokens", "pipeline", "handoff_mode", "prefill_start_ms", "prefill_end_ms", "wan_kv_ms",
-    "relay_tokens", "handoff_stall_ms", "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes",
-    "wan_kv_bytes_saved", "transfer_aborted", "transfer_abort_reason", "singular_flow",
-)
-_STATE = ("done", "failure_reason", "first_token_ms", "finish_ms", "max_itl_ms", "md_first_ms",
-          "handoff_start_ms", "relay_start_ms", "relay_end_ms")
-
-
 def records_frame(reqs: list[SimRequest]) -> pd.DataFrame:
     """The records of finished simulations, built column by column: a dict per request and
     pandas inferring types row by row took seconds for 100,000 requests.
 
     Each derived column is the same float arithmetic as SimRequest.record() (derive_latencies),
     done element-wise by numpy, so the values are bit-identical (tests/test_sim_units.py checks)."""
-    names = _COPIED + _STATE
-    rows = list(map(attrgetter(*names), reqs))  # one tuple per request, in C
-    cols = dict(zip(names, map(list, zip(*rows)))) if rows else {n: [] for n in names}
-    f64 = {n: np.array(cols[n], dtype=np.float64) for n in (
+    def column(name: str, dtype: str = "float64"):
+        """One attribute of every request, straight into numpy (strings stay a list)."""
+        values = map(attrgetter(name), reqs)
+        if dtype in ("int64", "float64", "bool"):
+            return np.fromiter(values, dtype=dtype, count=len(reqs))
+        return list(values)
+
+    f64 = {n: column(n) for n in (
         "arrival_ms", "prefill_end_ms", "first_token_ms", "finish_ms", "max_itl_ms", "handoff_stall_ms",
         "md_first_ms", "handoff_start_ms", "relay_start_ms", "relay_end_ms")}
-    out_tokens = np.array(cols["output_tokens"], dtype=np.int64)
-    reasons = cols["failure_reason"]
-    failed = ~np.array(cols["done"], dtype=bool) | np.array([r != "" for r in reasons], dtype=bool)
+    out_tokens = column("output_tokens", "int64")
+    reasons = column("failure_reason", "string")
+    failed = ~column("done", "bool") | np.array([r != "" for r in reasons], dtype=bool)
 
     arrival, first, finish = f64["arrival_ms"], f64["first_token_ms"], f64["finish_ms"]
     prefill_end = np.where(f64["prefill_end_ms"] >= 0, f64["prefill_end_ms"], NAN)
@@ -115,17 +108,12 @@ def records_frame(reqs: list[SimRequest]) -> pd.DataFrame:
         "first_token_ms": np.where(failed, NAN, first), "finish_ms": np.where(failed, NAN, finish),
         "ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "kv_wait_ms": np.where(failed, NAN, first - prefill_end),
         "max_itl_ms": max_itl, "schedule_lag_ms": np.zeros(len(reqs)),
-        "main_tokens": out_tokens - np.array(cols["relay_tokens"], dtype=np.int64),
+        "main_tokens": out_tokens - column("relay_tokens", "int64"),
         "handoff_ms": f64["md_first_ms"] - f64["handoff_start_ms"],
         "relay_busy_ms": np.where(np.isnan(relay_start), 0.0, f64["relay_end_ms"] - relay_start),
         "failed": failed,
         "failure_reason": [r or ("unfinished" if f else "") for r, f in zip(reasons, failed.tolist())],
     }
-    frame = {n: derived[n] if n in derived else _column(cols[n], RECORD_FIELDS[n]) for n in RECORD_FIELDS}
+    frame = {n: derived[n] if n in derived else column(n, RECORD_FIELDS[n]) for n in RECORD_FIELDS}
     return pd.DataFrame(frame).astype(RECORD_FIELDS)
 
-
-def _column(values: list, dtype: str):
-    """Numeric and boolean columns straight to numpy (pandas inferring a list's type per column
-    was a third of this function); strings stay lists for pandas' string dtype."""
-    return np.array(values, dtype=dtype) if dtype in ("int64", "float64", "bool") else values
