@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BUILT  := $(VENV)/.compiled
 # sources of the compiled modules (setup.py, pddbench/_compiled.py): a change rebuilds them
-COMPILED_SRC := setup.py pddbench/_compiled.py pddbench/cache/_prefix_cache.pyx $(wildcard pddbench/sim/*.py) \
+COMPILED_SRC := setup.py pddbench/_compiled.py pddbench/cache/_prefix_cache.pyx $(wildcard pddbench/sim/*.py pddbench/sim/*.pxd) \
 	pddbench/policy/pdd.py pddbench/workload/synth.py
 
 .PHONY: setup sysdeps run test bench bench-baseline nightly clean
