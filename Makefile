@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps nixl==1.5.2 nixl-cu12==1.5.1
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $(STAMP)
+	touch $(BUILT)  # the editable installs above built the compiled modules too
 
 # System packages the live tests use (root only; skipped otherwise): iptables for the netem delay line, tcmalloc for the engines.
 sysdeps:
@@ -76,4 +77,5 @@ nightly: setup sysdeps
 	$(BIN)/python -m pddbench.gate.nightly --live-lock /tmp/pddbench-live.lock $(NIGHTLY_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks
+	rm -rf $(VENV) .pytest_cache .benchmarks build
+	find pddbench -name '*.so' -delete -o -name '*.c' -delete -o -name '_prefix_cache.cpp' -delete

@@ -1,7 +1,7 @@
 """pddbench: trace-driven benchmark and simulator for cross-datacenter PDD serving."""
 
-from pddbench._compiled import use_sources_edited_since_the_build
+from pddbench._compiled import route_imports
 
 __version__ = "0.1.0"
 
-use_sources_edited_since_the_build()
+route_imports()  # compiled modules, or their sources where those must run (pddbench/_compiled.py)

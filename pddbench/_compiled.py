@@ -1,12 +1,16 @@
-"""The simulator's hot modules, which setup.py compiles with Cython where a C compiler is there
-(the same Python source, compiled as it is: same results, about a quarter less time per event).
-A compiled module shadows its source; in a checkout a source edited after the build would then
-silently not run, so such a module is imported from its source, with a warning to rebuild.
+"""The simulator's hot modules, which setup.py compiles with Cython where a C compiler is there:
+the same Python source compiled as it is, typed by the .pxd beside it (same results, about a third
+of the time per event). A compiled module shadows its source, so two cases import the source:
+- PDDBENCH_PURE_PYTHON=1: everything runs as Python (profilers see every function; the tests
+  compare the two builds' records);
+- in a checkout, a source edited after the build (it would silently not run): with a warning
+  to rebuild.
 Standard library only: setup.py reads COMPILED before anything is installed."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import warnings
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -17,24 +21,52 @@ COMPILED = (
     "pddbench.sim.latency", "pddbench.sim.link", "pddbench.sim.prefill", "pddbench.sim.request",
     "pddbench.sim.run", "pddbench.policy.pdd", "pddbench.workload.synth",
 )
+PURE_PYTHON_ENV = "PDDBENCH_PURE_PYTHON"
 PROJECT = Path(__file__).resolve().parent.parent
+
+
+def pure_python() -> bool:
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
 
 
 def source_of(module: str) -> Path:
     return PROJECT / (module.replace(".", "/") + ".py")
 
 
-def compiled_modules() -> list[str]:
-    """The modules of COMPILED that run compiled (a built extension beside the source)."""
-    return [m for m in COMPILED if _extension_of(source_of(m)) is not None]
-
-
-def _extension_of(src: Path) -> Path | None:
+def extension_of(src: Path) -> Path | None:
+    """The built extension of a .py or .pyx source, if there is one beside it."""
     for suffix in EXTENSION_SUFFIXES:
         ext = src.with_name(src.stem + suffix)
         if ext.exists():
             return ext
     return None
+
+
+def edited_since_built(src: Path, ext: Path) -> bool:
+    return src.stat().st_mtime > ext.stat().st_mtime
+
+
+def compiled_usable(src: Path) -> bool:
+    """Whether the extension built from `src` may be imported: it exists, pure Python is not asked
+    for, and (in a checkout: an installed copy's sources do not change) `src` is not newer."""
+    ext = extension_of(src)
+    if ext is None or pure_python():
+        return False
+    if (PROJECT / "setup.py").exists() and edited_since_built(src, ext):
+        _warn_stale([src])
+        return False
+    return True
+
+
+def compiled_modules() -> list[str]:
+    """The modules of COMPILED that run compiled in this process."""
+    return [m for m in COMPILED if m in sys.modules and not sys.modules[m].__file__.endswith(".py")]
+
+
+def _warn_stale(sources: list[Path]) -> None:
+    names = ", ".join(str(p.relative_to(PROJECT)) for p in sources)
+    warnings.warn(f"{names} changed since it was compiled: running the source (slower); `make setup` "
+                  "recompiles", RuntimeWarning, stacklevel=3)
 
 
 class _FromSource:
@@ -48,17 +80,9 @@ class _FromSource:
         return importlib.util.spec_from_file_location(name, src) if src else None
 
 
-def use_sources_edited_since_the_build() -> None:
-    if not (PROJECT / "setup.py").exists():
-        return  # an installed copy: its sources do not change after the build
-    stale = {}
-    for m in COMPILED:
-        src = source_of(m)
-        ext = _extension_of(src)
-        if ext is not None and src.stat().st_mtime > ext.stat().st_mtime:
-            stale[m] = src
-    if stale:
-        names = ", ".join(str(p.relative_to(PROJECT)) for p in stale.values())
-        warnings.warn(f"{names} changed since it was compiled: running the source (slower); "
-                      "`make setup` recompiles", RuntimeWarning, stacklevel=2)
-        sys.meta_path.insert(0, _FromSource(stale))
+def route_imports() -> None:
+    """Import from source each module of COMPILED whose extension may not be used."""
+    sources = {m: source_of(m) for m in COMPILED
+               if extension_of(source_of(m)) is not None and not compiled_usable(source_of(m))}
+    if sources:
+        sys.meta_path.insert(0, _FromSource(sources))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pddbench", "netem")
-GROUND = ("pddbench.errors", "pddbench.io", "pddbench.loading", "pddbench.provenance", "pddbench.shipped", "pddbench.scenario", "pddbench.runtime_config",
+GROUND = ("pddbench._compiled", "pddbench.errors", "pddbench.io", "pddbench.loading", "pddbench.provenance", "pddbench.shipped", "pddbench.scenario", "pddbench.runtime_config",
           "pddbench.workload", "pddbench.cache", "pddbench.policy", "pddbench.records", "pddbench.metrics")
 RUNTIMES = ("pddbench.sim", "pddbench.live")
 

@@ -1,13 +1,15 @@
 """The prefix cache: compiled (`_prefix_cache.pyx`) where the install built it, else the pure-Python
 one it mirrors step for step (`prefix_cache.py`); both give the same hits and victims."""
 
+from pathlib import Path
+
+from pddbench._compiled import compiled_usable
 from pddbench.cache.prefix_cache import PrefixCache as PyPrefixCache
 
-try:
+COMPILED = compiled_usable(Path(__file__).with_name("_prefix_cache.pyx"))
+if COMPILED:
     from pddbench.cache._prefix_cache import PrefixCache
-    COMPILED = True
-except ImportError:  # not built (no C++ compiler at install): same results, slower
+else:  # not built (no C++ compiler at install), or pure Python asked for: same results, slower
     PrefixCache = PyPrefixCache  # type: ignore[misc]
-    COMPILED = False
 
 __all__ = ["PrefixCache", "PyPrefixCache", "COMPILED"]
