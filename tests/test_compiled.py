@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 RECORDS_DIGEST = """
 import hashlib, io, json, sys
-from pddbench._compiled import compiled_modules
+from pddbench._compiled import COMPILED
 from pddbench.scenario import load_scenario
 from pddbench.sim.run import simulate
 for name, overrides in json.loads(sys.argv[1]):
@@ -24,7 +24,7 @@ for name, overrides in json.loads(sys.argv[1]):
     buf = io.StringIO()
     records.to_csv(buf, index=False)
     print(name, hashlib.sha256(buf.getvalue().encode()).hexdigest(), facts["sim_events"])
-print("compiled", len(compiled_modules()))
+print("compiled", sum(not sys.modules[m].__file__.endswith(".py") for m in COMPILED if m in sys.modules))
 """
 # the handoff modes, a PD baseline, and the live twin (calibrated steps, core sharing, replayed links)
 SCENARIOS = '''[["paper/pdd", ["workload.synth.requests=1500", "workload.source=synth"]],
