@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Decode instance (D, RLD or MD): continuous batching with KV-capacity admission.
 
 Simulated per epoch, not per token: between two batch changes every step takes the same time,
@@ -204,7 +205,7 @@ class DecodeInstance:
         self._gap_steps.append(step)
         self._gap_ms.append(gap)
         if len(self._gap_steps) > 4096 and self.running:
-            oldest = min(j.start_step for j in self.running)
+            oldest = min([j.start_step for j in self.running])
             cut = bisect.bisect_left(self._gap_steps, oldest)
             del self._gap_steps[:cut], self._gap_ms[:cut]
 

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Simulated links, described by the same LinkProfile the netem package emulates.
 
 Bandwidth is shared equally by the transfers in flight (processor sharing, as parallel TCP flows

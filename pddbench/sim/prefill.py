@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Prefill instance: FCFS chunked prefill with a prefix cache.
 
 Each step computes up to `chunk_tokens` new tokens. A request's last, partial chunk (its "tail

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Agentic multi-turn workload generator that targets a prefix-hit-rate histogram.
 
 The model of agent behaviour:
