@@ -82,6 +82,7 @@ class Cluster:
         """Least work first, counting cache hits: queued tokens + this request's uncached part.
         Returns (the instance's index, its cached blocks), so the match is not redone."""
         best, best_cost, best_blocks = 0, float("inf"), 0
+        p: PrefillInstance  # typed for the compiled build (attributes read in C)
         for i, p in enumerate(self.prefill):
             if p.queued_tokens >= best_cost:
                 continue  # its cost is at least its queue: it cannot win, so skip the match
@@ -106,6 +107,7 @@ class Cluster:
         baseline 32%."""
         max_load = min([d.load for d in pool]) + self.decode_slack
         best, key = pool[0], None
+        d: DecodeInstance  # typed for the compiled build (attributes read in C)
         for d in pool:
             if d.load > max_load:
                 continue
