@@ -1,6 +1,7 @@
 """The simulator's hot modules, which setup.py compiles with Cython where a C compiler is there:
 the same Python source compiled as it is, typed by the .pxd beside it (same results, about half
-of the time per event). A compiled module shadows its source, so two cases import the source:
+the time of a run: sim-speed paired with the pure build). A compiled module shadows its source,
+so two cases import the source:
 - PDDBENCH_PURE_PYTHON=1: everything runs as Python (profilers see every function; the tests
   compare the two builds' records);
 - in a checkout, a source edited after the build (it would silently not run): with a warning

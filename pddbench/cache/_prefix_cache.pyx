@@ -1,9 +1,9 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The prefix cache of prefix_cache.py compiled: the same algorithm, step for step, over C++
-containers (an open-addressing hash map of block nodes, a deque and a heap of leaves), so the same calls give the
-same hits and the same victims in the same order; tests/test_prefix_cache.py holds both to a
-plain LRU. A simulation makes a million cache calls per 100,000 requests; in Python they were
+containers (an open-addressing hash map of block nodes, a deque and a heap of leaves), so the
+same calls give the same hits and the same victims in the same order; tests/test_prefix_cache.py
+holds both to a plain LRU. A simulation makes a million cache calls per 100,000 requests; in Python they were
 about a third of its time (dict, deque and heap work per block).
 
 Block ids are unsigned 64-bit (trace ids are int64 >= 0; the live router's are 8-byte hashes)."""

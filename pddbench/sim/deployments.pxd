@@ -1,9 +1,9 @@
 # Types for the compiled build of deployments.py (Cython reads this beside the .py; Python ignores
-# it): the request, decoder, job and link types cimported, so the annotations in deployments.py
+# it): the request, decoder, job and transfer types cimported, so the annotations in deployments.py
 # type those arguments and the relay state is a C struct (their attributes read in C, not by name).
 cimport cython
 from pddbench.sim.decode cimport DecodeInstance, DecodeJob
-from pddbench.sim.link cimport Link, Transfer
+from pddbench.sim.link cimport Transfer
 from pddbench.sim.request cimport SimRequest
 
 
