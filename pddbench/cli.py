@@ -531,22 +531,28 @@ def reproduce_cmd(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The entry point: every error a user can cause is one line on stderr and exit 2."""
+    """The entry point. Exit codes: 0 success; 1 a measured regression (gate) or a run in which
+    every request failed; 2 bad input or an unusable environment (closed or full standard streams,
+    a full disk), one line naming what to fix; 3 an internal error, one line naming the log that
+    holds the traceback; 130 Ctrl-C. No traceback reaches the terminal."""
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
     from typer.exceptions import Abort, Exit
 
     try:
+        _check_std_streams()
         args = sys.argv[1:] if argv is None else list(argv)
         _finite_options(args)
         command = typer.main.get_command(app)  # invoked here: typer's main() would turn Ctrl-C into exit 130 silently
         with command.make_context("pddbench", args) as ctx:
             rc = command.invoke(ctx)
+        _flush_stdout()
     except NoArgsIsHelpError as exc:
         exc.show()
         sys.exit(2)
     except ClickException as exc:  # option and argument errors: one line, not a box
         _one_line(f"{_command(exc)}{exc.format_message()}", 2)
     except Exit as exc:
+        _flush_stdout()
         sys.exit(exc.exit_code)
     except Abort:
         _interrupted("interrupted; nothing was written")
@@ -554,12 +560,67 @@ def main(argv: list[str] | None = None) -> None:
         _one_line(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
         _interrupted(str(exc) or "interrupted; nothing was written")
-    except BrokenPipeError:  # `pddbench ... | head`: the reader left; say nothing more
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    except OSError as exc:  # the reader of a pipe left, a full disk or device, a closed stream
+        _stream_or_os_error(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug: the traceback goes to a log, one line here
+        _internal_error(exc)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+INTERNAL_ERROR = 3
+
+
+def _check_std_streams() -> None:
+    """A process started with standard output closed would print into nothing and exit 0, and
+    its first opened file would take descriptor 1 and receive the printout: refuse it. A closed
+    standard input or error is parked on /dev/null so no file takes its descriptor."""
+    import os
+
+    for fd in (0, 2, 1):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # takes the lowest free descriptor: this one
+            if fd == 1:
+                raise UserError("standard output is closed; give it a place (e.g. > out.txt or > /dev/null)") \
+                    from None
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()  # a full or vanished stdout fails here, not silently at exit
+
+
+def _stream_or_os_error(exc: OSError) -> None:
+    import errno
+    import os
+
+    on_stdout = isinstance(exc, BrokenPipeError) or (
+        not exc.filename and exc.errno in (errno.ENOSPC, errno.EBADF, errno.EIO, errno.EPIPE))
+    if on_stdout and sys.stdout is not None:  # what is still buffered must not fail again at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+    if isinstance(exc, BrokenPipeError):
+        _one_line("standard output was closed by its reader before the output was complete", 2)
+    where = f"{exc.filename}: " if exc.filename else "writing standard output: " if on_stdout else ""
+    _one_line(f"{where}{exc.strerror or exc}", 2)
+
+
+def _internal_error(exc: BaseException) -> None:
+    import tempfile
+    import traceback
+
+    try:
+        fd, log = tempfile.mkstemp(prefix="pddbench-crash-", suffix=".log")
+        with open(fd, "w") as fh:
+            fh.write(f"pddbench {' '.join(sys.argv[1:])}\n")
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=fh)
+        where = f"traceback in {log}"
+    except OSError:
+        where = "no log could be written"
+    _one_line(f"internal error ({type(exc).__name__}: {exc}); {where}; please report it", INTERNAL_ERROR)
 
 
 def _finite_options(argv: list[str]) -> None:

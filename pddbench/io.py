@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -13,8 +16,16 @@ from typing import Any, Iterator
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside `path`; rename it over `path` only if the block succeeds."""
-    path = Path(path)
+    """Yield a temp path; on success it becomes `path`. A regular file (or a new one) is replaced
+    atomically by a rename; a symlink is followed to its target (the link itself stays); a
+    character device or a FIFO is written into, never replaced (`--markdown /dev/null` must not
+    turn the machine's /dev/null into a file); anything else (a folder, a block device, a socket,
+    a dangling link) is refused before any work."""
+    target = output_target(Path(path))
+    if target.stream:
+        yield from _streamed(target.path)
+        return
+    path = target.path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -25,6 +36,68 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+class OutputTarget:
+    """Where an output path really leads: `path` (a symlink resolved) and whether to stream into it."""
+
+    def __init__(self, path: Path, stream: bool):
+        self.path, self.stream = path, stream
+
+
+def output_target(path: Path) -> OutputTarget:
+    """Classify an output path before anything is written; refuse what cannot be written."""
+    from pddbench.errors import UserError
+
+    if path.is_symlink():
+        resolved = Path(os.path.realpath(path))
+        if not resolved.exists() and not resolved.parent.is_dir():
+            raise UserError(f"{path} is a symbolic link to {resolved}, whose folder does not exist; "
+                            "give a file path or fix the link")
+        path = resolved
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return OutputTarget(path, False)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+    if stat.S_ISREG(mode):
+        return OutputTarget(path, False)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return OutputTarget(path, True)
+    kind = "a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else \
+        "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+    raise UserError(f"{path} is {kind}; give a file path (it would never be replaced)")
+
+
+def _streamed(dest: Path) -> Iterator[Path]:
+    """Write the output to a private temp file, then copy it into the device or FIFO. A FIFO
+    without a reader is refused rather than waited on (nothing a user types may hang)."""
+    from pddbench.errors import UserError
+
+    tmp_dir = tempfile.mkdtemp(prefix="pddbench-out-")
+    tmp_path = Path(tmp_dir) / dest.name
+    try:
+        yield tmp_path
+        flags = os.O_WRONLY | (os.O_NONBLOCK if stat.S_ISFIFO(os.stat(dest).st_mode) else 0)
+        try:
+            fd = os.open(dest, flags)
+        except OSError as exc:
+            why = "no process is reading it" if exc.errno == errno.ENXIO else (exc.strerror or str(exc))
+            raise UserError(f"{dest}: cannot write into it ({why})") from None
+        try:
+            os.set_blocking(fd, True)
+            with open(tmp_path, "rb") as src:
+                while chunk := src.read(1 << 16):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view):]
+        except OSError as exc:
+            raise UserError(f"{dest}: writing into it failed ({exc.strerror or exc})") from None
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def _umask() -> int:
@@ -92,7 +165,9 @@ def check_out_place(out: Path, option: str = "--out", folder: bool = True) -> No
         raise UserError(f"{option} {out} is a file, not a folder")
     if not folder and out.is_dir():
         raise UserError(f"{option} {out} is a folder, not a file")
-    parent = _nearest_existing(out)
+    if not folder:
+        out = output_target(out).path  # a device, FIFO or link target: written into, never replaced
+    parent = _nearest_existing(out if folder else out.parent)
     if not parent.is_dir():
         raise UserError(f"{option} {out} lies under {parent}, which is a file")
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -53,6 +53,8 @@ def _raw_stream(path: Path, allow_stdin: bool, what: str) -> IO[bytes]:
     if is_stdin(path):
         if not allow_stdin:
             raise InputError("-", f"reading a {what} from standard input is not supported; pass a file")
+        if sys.stdin is None:  # started with standard input closed (`<&-`)
+            raise InputError("-", f"standard input is closed; pass the {what} as a file or pipe it in")
         return sys.stdin.buffer
     check_readable(path, what)
     try:
