@@ -5,8 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BUILT  := $(VENV)/.compiled
 # sources of the compiled modules (setup.py, pddbench/_compiled.py): a change rebuilds them
-COMPILED_SRC := setup.py pddbench/_compiled.py pddbench/cache/_prefix_cache.pyx $(wildcard pddbench/sim/*.py pddbench/sim/*.pxd) \
-	pddbench/policy/pdd.py pddbench/workload/synth.py pddbench/workload/synth.pxd
+COMPILED_SRC := setup.py pddbench/_compiled.py $(shell $(PYTHON) pddbench/_compiled.py --sources)
 
 .PHONY: setup sysdeps run test bench bench-baseline nightly clean
 

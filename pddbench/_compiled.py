@@ -6,7 +6,9 @@ so two cases import the source:
   compare the two builds' records);
 - in a checkout, a source edited after the build (it would silently not run): with a warning
   to rebuild.
-Standard library only: setup.py reads COMPILED before anything is installed."""
+The one list of what is compiled: setup.py builds COMPILED and PREFIX_CACHE from here, and the
+Makefile's rebuild rule depends on `python pddbench/_compiled.py --sources`. Standard library only:
+setup.py and the Makefile read this file before anything is installed."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ COMPILED = (
     "pddbench.sim.latency", "pddbench.sim.link", "pddbench.sim.prefill", "pddbench.sim.request",
     "pddbench.sim.run", "pddbench.policy.pdd", "pddbench.workload.synth",
 )
+# C++ (its own .pyx, not a compiled copy of a .py): pddbench.cache imports it, or the pure
+# prefix_cache.py it mirrors
+PREFIX_CACHE = "pddbench.cache._prefix_cache"
 PURE_PYTHON_ENV = "PDDBENCH_PURE_PYTHON"
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +36,16 @@ def pure_python() -> bool:
 
 
 def source_of(module: str) -> Path:
-    return PROJECT / (module.replace(".", "/") + ".py")
+    return PROJECT / (module.replace(".", "/") + (".pyx" if module == PREFIX_CACHE else ".py"))
+
+
+def sources() -> list[Path]:
+    """Every file the compiled build reads: each module's source and the .pxd beside it."""
+    out = []
+    for module in (*COMPILED, PREFIX_CACHE):
+        src = source_of(module)
+        out += [src] + [pxd for pxd in [src.with_suffix(".pxd")] if pxd.exists()]
+    return out
 
 
 def extension_of(src: Path) -> Path | None:
@@ -62,8 +76,7 @@ def compiled_usable(src: Path) -> bool:
 def simulator_build() -> str:
     """How much of the simulator runs compiled in this process (its speed depends on it), e.g.
     "compiled 12/12 modules"; the prefix cache counts as one."""
-    cache = PROJECT / "pddbench" / "cache" / "_prefix_cache.pyx"
-    n = sum(compiled_usable(source_of(m)) for m in COMPILED) + compiled_usable(cache)
+    n = sum(compiled_usable(source_of(m)) for m in (*COMPILED, PREFIX_CACHE))
     return f"compiled {n}/{len(COMPILED) + 1} modules"
 
 
@@ -90,3 +103,9 @@ def route_imports() -> None:
                if extension_of(source_of(m)) is not None and not compiled_usable(source_of(m))}
     if sources:
         sys.meta_path.insert(0, _FromSource(sources))
+
+
+if __name__ == "__main__":  # the Makefile: `python pddbench/_compiled.py --sources`, one path a line
+    if sys.argv[1:] != ["--sources"]:
+        sys.exit("usage: python pddbench/_compiled.py --sources  (the compiled build's source files)")
+    print("\n".join(str(p.relative_to(PROJECT)) for p in sources()))
