@@ -70,7 +70,10 @@ bench-baseline: setup
 
 # The nightly suite (scenarios/gate/nightly.yaml): simulator exact gate, benchmarks, live repeats
 # (statistical gate), fidelity gate; results/nightly/<stamp>/{nightly.md,junit.xml}; exit 1 on any
-# regression. NIGHTLY_ARGS=--update-baselines accepts every change (review git diff, commit).
+# regression. Live and fidelity baselines are per host (results/baselines/v1/<part>/<host-key>/): a
+# host's first nightly records them, says "baseline recorded for <host>, nothing compared" and passes
+# (commit them); later runs compare. NIGHTLY_ARGS=--update-baselines accepts every change (review
+# git diff, commit); NIGHTLY_ARGS="--only sim" runs one part.
 NIGHTLY_ARGS ?=
 nightly: setup sysdeps
 	$(BIN)/python -m pddbench.gate.nightly --live-lock /tmp/pddbench-live.lock $(NIGHTLY_ARGS)

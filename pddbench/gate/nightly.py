@@ -1,21 +1,47 @@
 """`make nightly` (python -m pddbench.gate.nightly): the nightly suite in one command.
 
 Parts (scenarios/gate/nightly.yaml says what each runs):
-- sim: the paper's scenarios in the simulator, exact gate against the shipped baselines;
+- sim: the paper's scenarios in the simulator, exact gate against the shipped baselines
+  (BASELINES/sim/<scenario>/: one for every host, the simulator being deterministic);
 - bench: pytest-benchmark against the stored baseline of this machine kind (fails at a 20% slowdown);
-- live: short live runs on the tiny model with repeats, statistical gate (needs vLLM; PDD needs root);
+- live: short live runs on the tiny model with repeats, statistical gate (needs vLLM; PDD needs root)
+  against this host's own baseline, BASELINES/live/<host-key>/<scenario>/;
 - fidelity: calibrated live runs of same-DC PD, cross-DC PD and PDD (repeats), each against its
-  simulated twin, `pddbench fidelity --max-error-pct`.
+  simulated twin (`pddbench fidelity`), gated against this host's own recorded fidelity,
+  BASELINES/fidelity/<host-key>/<deployment>/.
+
+Baselines per host. Live figures and the twin's error depend on the CPU (vLLM CPU without AVX-512
+runs ~10x slower), so live and fidelity baselines are kept per host. The host key (`host_key`) is
+made from the hardware fields the gate already compares (pddbench.gate.gate.HARDWARE: CPU model,
+instruction-set level, cores, as pddbench.provenance.cpu_info records them), taken from the run's
+own recorded provenance, e.g. `amd-epyc-avx2-2cpus`: two runs get one key exactly when the gate
+would call them the same hardware.
+
+Record or compare (`plan`): where a part has no baseline yet (no folder, or an empty one) the run is
+recorded as the baseline, the output and nightly.md say "baseline recorded for <host>, nothing
+compared", and that case passes; where one exists, the run is compared with it; with
+--update-baselines the run is compared and then accepted as the new baseline (review `git diff
+results/baselines` and commit).
+
+Fidelity rule (`fidelity_rows`): for each gated TTFT percentile q (nightly.yaml `percentiles`),
+recorded = |error_pct| of q in the baseline's fidelity.json, spread = half the width of its
+bootstrap interval (`error_pct_ci`: over repeats, then requests, so run-to-run spread is in it),
+current = |error_pct| of q now. A regression is current > recorded + spread + margin_pct
+(nightly.yaml, 10 percentage points): the twin got further from the live run than the host's own
+recorded error and its noise allow. A smaller error passes (accept it with --update-baselines). A
+baseline recorded with other settings (scenario, overrides, repeats) is not compared: the case
+fails and says to accept the new settings with --update-baselines.
+
 Writes OUT/nightly.md (what moved, with history figures of the moved metrics), OUT/junit.xml and
-OUT/nightly.json; exits 1 on any regression or failed part, 2 on bad input. --update-baselines
-accepts every candidate as the new baseline (creating missing ones): review `git diff
-results/baselines` and commit."""
+OUT/nightly.json; exits 1 on any regression or failed part, 2 on bad input."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,17 +50,160 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-import yaml
-
 from pddbench.errors import UserError
-from pddbench.gate.gate import copy_inputs, gate
+from pddbench.gate.gate import HARDWARE, copy_inputs, gate
 from pddbench.gate.report import junit, markdown
 from pddbench.io import write_json, write_text
+from pddbench.loading import load_yaml, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "scenarios" / "gate" / "nightly.yaml"
 PARTS = ("sim", "bench", "live", "fidelity")
 BENCH_FLAGS = ["--benchmark-enable", "--benchmark-autosave", "--benchmark-compare=0001"]
+SIM_HOSTS = "every host (the simulator is deterministic)"  # whom a sim baseline is for
+FIDELITY_FILES = ("fidelity.json", "fidelity.csv")  # what a fidelity baseline keeps of the command's output
+SETTINGS = "settings.json"  # beside a fidelity baseline: how the live run was made
+
+
+def host_key(prov: dict | None) -> str:
+    """A folder name for the hardware in `prov` (a run's provenance): the gate's HARDWARE fields in
+    order, lower-cased and reduced to [a-z0-9-], e.g. {'cpu_model': 'AMD EPYC', 'cpu_isa': 'avx2',
+    'cpu_cores': 2} -> 'amd-epyc-avx2-2cpus'. A missing field reads 'unknown'."""
+    prov = prov or {}
+
+    def slug(value) -> str:
+        text = re.sub(r"\((r|tm|c)\)", " ", str(value).lower())  # Intel(R) Xeon(R) -> intel xeon
+        return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown"
+
+    parts = []
+    for field in HARDWARE:
+        value = prov.get(field)
+        part = "unknown" if value is None or value == "" else slug(value)
+        parts.append(f"{part}cpus" if field == "cpu_cores" else part)
+    return "-".join(parts)
+
+
+def run_provenance(run: Path) -> dict:
+    """The provenance a run folder (or repeat folder) recorded; this host's when it recorded none."""
+    for name in ("repeats.json", "summary.json"):
+        if (run / name).is_file():
+            prov = read_json(run / name, "run file")
+            prov = prov.get("provenance") if isinstance(prov, dict) else None
+            if isinstance(prov, dict):
+                return prov
+    from pddbench.provenance import provenance
+
+    return provenance()
+
+
+def plan(base: Path, update: bool) -> str:
+    """What to do with a part's baseline folder: 'record' the run as the baseline (no folder, or an
+    empty one: this host's first nightly), 'compare' with it, or 'update' (compare, then accept the
+    run as the new baseline: --update-baselines)."""
+    if base.is_file():
+        raise UserError(f"{base} is a file; a baseline is a folder: remove it")
+    if not base.is_dir() or not any(base.iterdir()):
+        return "record"
+    return "update" if update else "compare"
+
+
+def recorded_line(where: str, base: Path) -> str:
+    return f"baseline recorded for {where}, nothing compared: {base}"
+
+
+def _write_host_file(host_dir: Path, host: str, prov: dict) -> None:
+    """host.json in a new host folder: which hardware the key stands for (for a reader)."""
+    if not (host_dir / "host.json").is_file():
+        write_json(host_dir / "host.json", {"host": host, **{k: prov.get(k) for k in (*HARDWARE, "machine")}})
+
+
+def _swap_in(tmp: Path, base: Path) -> None:
+    """Move a complete new baseline folder `tmp` to `base` (replacing an old one only once the new
+    one is whole), so an interrupted nightly never leaves half a baseline behind."""
+    old = base.parent / f".{base.name}.old-{os.getpid()}"
+    if base.exists():
+        os.replace(base, old)
+    try:
+        os.replace(tmp, base)
+    except OSError:
+        if old.exists():
+            os.replace(old, base)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def record_run(cand: Path, base: Path) -> None:
+    """A new baseline folder from a run folder: its gate inputs only (gate.copy_inputs)."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = base.parent / f".{base.name}.new-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        copy_inputs(cand, tmp)
+        _swap_in(tmp, base)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_fidelity(fid: Path, base: Path, settings: dict) -> None:
+    """A fidelity baseline: the command's fidelity.json (+ .csv) and the settings of its live run."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = base.parent / f".{base.name}.new-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for name in FIDELITY_FILES:
+            if (fid / name).is_file():
+                shutil.copy2(fid / name, tmp / name)
+        write_json(tmp / SETTINGS, settings)
+        _swap_in(tmp, base)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _error_rows(doc, path: Path) -> dict[int, dict]:
+    """fidelity.json's TTFT rows by percentile, each with a finite error_pct and error_pct_ci."""
+    rows = doc.get("ttft") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        raise UserError(f"{path}: no 'ttft' list (not written by `pddbench fidelity`)")
+    out = {}
+    for i, row in enumerate(rows):
+        ci = row.get("error_pct_ci") if isinstance(row, dict) else None
+        ok = isinstance(row, dict) and isinstance(row.get("percentile"), (int, float)) and \
+            isinstance(ci, list) and len(ci) == 2 and \
+            all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in (row.get("error_pct"), *ci))
+        if not ok:
+            raise UserError(f"{path}: ttft[{i}] needs a percentile, a finite error_pct and a two-number "
+                            "error_pct_ci; rerun `pddbench fidelity`")
+        out[int(row["percentile"])] = row
+    return out
+
+
+def fidelity_rows(base_doc: dict, cand_doc: dict, percentiles: list[int], margin_pct: float,
+                  base_path: Path = Path("baseline"), cand_path: Path = Path("candidate")) -> list[dict]:
+    """The fidelity rule, one row per gated percentile: regression when the current |error| exceeds
+    the recorded |error| + the recorded interval's half-width + `margin_pct` (percentage points)."""
+    base, cand = _error_rows(base_doc, base_path), _error_rows(cand_doc, cand_path)
+    rows = []
+    for q in percentiles:
+        for table, path in ((base, base_path), (cand, cand_path)):
+            if q not in table:
+                raise UserError(f"{path}: no TTFT p{q} row; gated percentiles are nightly.yaml fidelity.percentiles")
+        b, c = base[q], cand[q]
+        recorded, current = abs(b["error_pct"]), abs(c["error_pct"])
+        spread = abs(b["error_pct_ci"][1] - b["error_pct_ci"][0]) / 2
+        limit = recorded + spread + margin_pct
+        status = "regression" if current > limit else "improved" if current < recorded else "within"
+        rows.append({"percentile": q, "recorded_error_pct": b["error_pct"], "recorded_spread_pct": spread,
+                     "current_error_pct": c["error_pct"], "limit_abs_error_pct": limit, "status": status})
+    return rows
+
+
+def fidelity_table(rows: list[dict]) -> str:
+    """One line per gated percentile: the error now, the recorded one with its spread, the limit."""
+    return "\n".join(f"p{r['percentile']}: error {r['current_error_pct']:+.1f}% (recorded "
+                     f"{r['recorded_error_pct']:+.1f}% +/- {r['recorded_spread_pct']:.1f}; limit |error| "
+                     f"{r['limit_abs_error_pct']:.1f}%): {r['status']}" for r in rows)
 
 
 class Suite:
@@ -43,6 +212,8 @@ class Suite:
         self.results: list[dict] = []
         self.cases: list[dict] = []
         self.parts: list[dict] = []
+        self.recorded: list[str] = []  # "baseline recorded for ..." lines, at the top of nightly.md
+        self.sections: list[str] = []  # extra markdown (the fidelity tables)
 
     def case(self, suite: str, name: str, failure: str | None = None, output: str = "", skipped: str | None = None):
         self.cases.append({"suite": suite, "name": name, "failure": failure, "output": output, "skipped": skipped})
@@ -55,17 +226,21 @@ class Suite:
         cmd = [*(self.locked() if live else []), sys.executable, "-m", "pddbench", *map(str, args)]
         return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
-    def gate_against(self, name: str, cand: Path, base: Path, required: bool = True) -> None:
-        """Gate `cand` against `base`; a missing baseline fails (shipped ones) or is skipped with
-        the reason (`required=False`: live baselines belong to one machine kind)."""
-        if not base.exists():
-            if self.update:
-                copy_inputs(cand, base)
-                self.case("baselines", name, output=f"created baseline {base} from {cand}")
-            else:
-                why = (f"no baseline at {base}: run `make nightly NIGHTLY_ARGS=--update-baselines` on this "
-                       "machine kind once, review and commit results/baselines")
-                self.case("baselines", name, failure=why if required else None, skipped=None if required else why)
+    def note_recorded(self, name: str, where: str, base: Path, prov: dict | None) -> None:
+        if prov is not None:  # a per-host folder: say which hardware its key stands for
+            _write_host_file(base.parent, where, prov)
+        line = recorded_line(where, base)
+        self.recorded.append(f"{name}: {line}")
+        self.case("baselines", name, output=line)
+        print(f"nightly: {name}: {line}", file=sys.stderr, flush=True)
+
+    def gate_against(self, name: str, cand: Path, base: Path, where: str, prov: dict | None = None) -> None:
+        """Gate `cand` against `base`, or record it there when this is the first run (`plan`);
+        `where`: whom the baseline is for (a host key, or every host); `prov`: the run's
+        provenance, for a per-host baseline."""
+        if plan(base, self.update) == "record":
+            record_run(cand, base)
+            self.note_recorded(name, where, base, prov)
             return
         try:
             res = gate(cand, base, update_baseline=self.update, history_dir=self.history, name=name)
@@ -73,6 +248,64 @@ class Suite:
             self.case("gate", name, failure=str(exc))
             return
         self.results.append(res)
+
+    def gate_fidelity(self, name: str, fid: Path, base: Path, host: str, settings: dict, cfg: dict,
+                      prov: dict | None = None) -> None:
+        """The fidelity rule for one deployment: `fid` (the command's output folder) against the
+        host's recorded fidelity at `base`; records it there when there is none."""
+        percentiles, margin = fidelity_rule(cfg)
+        title = f"{name}: TTFT error within this host's recorded error + spread + {margin:g} points"
+        try:
+            cand = read_json(fid / "fidelity.json", "fidelity result")
+            _error_rows(cand, fid / "fidelity.json")  # never record (or compare) what the rule cannot read
+            action = plan(base, self.update)
+        except UserError as exc:
+            self.case("fidelity", title, failure=str(exc))
+            return
+        if action == "record":
+            record_fidelity(fid, base, settings)
+            self.note_recorded(f"fidelity/{name}", host, base, prov)
+            return
+        try:
+            was = read_json(base / SETTINGS, "fidelity baseline settings")
+            if was != settings and action != "update":
+                self.case("fidelity", title, failure=(
+                    f"{base} was recorded with other settings ({json.dumps(was, sort_keys=True)}; now "
+                    f"{json.dumps(settings, sort_keys=True)}): errors at another load do not compare; accept the "
+                    "new settings with --update-baselines"))
+                return
+            rows = fidelity_rows(read_json(base / "fidelity.json", "fidelity baseline"), cand, percentiles, margin,
+                                 base / "fidelity.json", fid / "fidelity.json")
+            table = fidelity_table(rows)
+        except UserError as exc:
+            if action != "update":
+                self.case("fidelity", title, failure=str(exc))
+                return
+            rows, table = [], f"the old baseline could not be compared ({exc})"  # --update-baselines replaces it
+        bad = [f"p{r['percentile']}" for r in rows if r["status"] == "regression"]
+        failure = None
+        if action == "update":
+            record_fidelity(fid, base, settings)
+            table += f"\naccepted as the new baseline ({base})"
+        elif bad:
+            failure = (f"TTFT error worse than this host's recorded one beyond its spread + {margin:g} points at "
+                       f"{', '.join(bad)} (baseline {base})")
+        self.case("fidelity", title, failure, table)
+        self.sections.append(f"## fidelity/{name} ({host}): {'FAIL' if failure else 'PASS'}\n\n"
+                             + "\n".join(f"- {line}" for line in table.splitlines()) + "\n")
+
+
+def fidelity_rule(cfg: dict) -> tuple[list[int], float]:
+    """The fidelity part's gated percentiles and margin (nightly.yaml fidelity.percentiles, .margin_pct)."""
+    from pddbench.fidelity import PERCENTILES
+
+    qs, margin = cfg.get("percentiles", [10, 50, 90, 99]), cfg.get("margin_pct", 10)
+    if not isinstance(qs, list) or not qs or any(q not in PERCENTILES or isinstance(q, bool) for q in qs):
+        raise UserError(f"nightly config fidelity.percentiles: {qs!r}; give a list of "
+                        f"{', '.join(map(str, PERCENTILES))} (what `pddbench fidelity` reports)")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1000:
+        raise UserError(f"nightly config fidelity.margin_pct: {margin!r}; give percentage points, e.g. 10")
+    return [int(q) for q in qs], float(margin)
 
 
 def _tail(text: str, n: int = 3000) -> str:
@@ -86,7 +319,7 @@ def part_sim(s: Suite, cfg: dict) -> None:
         stem = Path(ref).name
         cand = s.out / "sim" / stem
         run_scenario(Path(ref), list(cfg.get("overrides", [])), s.out, cand)
-        s.gate_against(f"sim/{stem}", cand, s.baselines / "sim" / stem)
+        s.gate_against(f"sim/{stem}", cand, s.baselines / "sim" / stem, SIM_HOSTS)
 
 
 def part_bench(s: Suite, cfg: dict) -> None:
@@ -148,40 +381,56 @@ def _live_ready(needs_root: bool) -> str | None:
     return None
 
 
+def live_settings(cfg: dict, entry: dict, repeats: int) -> dict:
+    """How a part runs one live scenario: its scenario, overrides (the part's, then the entry's)
+    and repeats (the entry's, else the part's, else `repeats`)."""
+    return {"scenario": entry["scenario"], "overrides": [*cfg.get("overrides", []), *entry.get("overrides", [])],
+            "repeats": int(entry.get("repeats", cfg.get("repeats", repeats)))}
+
+
 def _live_runs(s: Suite, part: str, cfg: dict, folder: str, repeats: int) -> Iterator[tuple[str, dict, Path]]:
-    """Run each of the part's live scenarios (its overrides after the part's, `repeats` unless the
-    entry says otherwise) under the live lock; yields (name, entry, run folder) for those that ran,
-    recording a skip or a failed run as the part's case."""
+    """Run each of the part's live scenarios (`live_settings`) under the live lock; yields (name,
+    settings, run folder) for those that ran, recording a skip or a failed run as the part's case."""
     for name, entry in cfg["scenarios"].items():
         why = _live_ready(bool(entry.get("needs_root")))
         if why:
             s.case(part, name, skipped=why)
             continue
         run = s.out / folder / name
-        sets = [x for o in [*cfg.get("overrides", []), *entry.get("overrides", [])] for x in ("--set", o)]
-        n = entry.get("repeats", cfg.get("repeats", repeats))
-        res = s.pddbench("run", entry["scenario"], *sets, *(["--repeat", str(n)] if n > 1 else []), "--out", run,
+        settings = live_settings(cfg, entry, repeats)
+        sets = [x for o in settings["overrides"] for x in ("--set", o)]
+        n = settings["repeats"]
+        res = s.pddbench("run", settings["scenario"], *sets, *(["--repeat", str(n)] if n > 1 else []), "--out", run,
                          live=True)
         if res.returncode != 0:
             s.case(part, name, failure=f"live run failed (exit {res.returncode})", output=_tail(res.stderr))
             continue
-        yield name, entry, run
+        yield name, settings, run
 
 
 def part_live(s: Suite, cfg: dict) -> None:
+    """Each live scenario's repeats, statistical gate against this host's baseline (recorded on
+    the host's first nightly)."""
     for name, _, run in _live_runs(s, "live", cfg, "live", repeats=3):
-        s.gate_against(f"live/{name}", run, s.baselines / "live" / name, required=False)
+        prov = run_provenance(run)
+        host = host_key(prov)
+        s.gate_against(f"live/{name}", run, s.baselines / "live" / host / name, host, prov)
 
 
 def part_fidelity(s: Suite, cfg: dict) -> None:
-    """Each deployment's calibrated live run (with repeats) against its simulated twin: `pddbench
-    fidelity --max-error-pct` fails the case when a TTFT percentile's error is beyond the bound."""
-    for name, entry, run in _live_runs(s, "fidelity", cfg, "fidelity-run", repeats=1):
-        bound = entry.get("max_error_pct", cfg["max_error_pct"])
-        res = s.pddbench("fidelity", run, "--max-error-pct", str(bound), "--out", s.out / "fidelity" / name)
-        failure = None if res.returncode == 0 else (
-            f"TTFT error beyond {bound}%" if res.returncode == 1 else f"fidelity failed (exit {res.returncode})")
-        s.case("fidelity", f"{name}: TTFT error within {bound}%", failure, _tail(res.stdout + res.stderr))
+    """Each deployment's calibrated live run (with repeats) against its simulated twin (`pddbench
+    fidelity`), then that error against this host's recorded one (the rule: module docstring)."""
+    fidelity_rule(cfg)  # a bad rule is refused before the live runs (minutes each)
+    for name, settings, run in _live_runs(s, "fidelity", cfg, "fidelity-run", repeats=1):
+        fid = s.out / "fidelity" / name
+        res = s.pddbench("fidelity", run, "--out", fid)
+        if res.returncode != 0:
+            s.case("fidelity", name, f"fidelity failed (exit {res.returncode})", _tail(res.stdout + res.stderr))
+            continue
+        write_text(s.out / "fidelity" / f"{name}.txt", res.stdout + res.stderr)
+        prov = run_provenance(run)
+        host = host_key(prov)
+        s.gate_fidelity(name, fid, s.baselines / "fidelity" / host / name, host, settings, cfg, prov)
 
 
 RUNNERS = {"sim": part_sim, "bench": part_bench, "live": part_live, "fidelity": part_fidelity}
@@ -203,10 +452,24 @@ def _figures(s: Suite) -> None:
                           for n in paths if n == f"history-{m.replace('/', '_')}.png"]
 
 
-def nightly(config: Path, out: Path, only: list[str], update: bool, lock: str | None, history: Path | None) -> int:
-    cfg = yaml.safe_load(config.read_text())
+def load_config(config: Path, parts: list[str]) -> dict:
+    """The nightly config (strict YAML): a mapping with `baselines` and a section per part to run."""
+    from pddbench.loading import read_text
+
+    cfg = load_yaml(read_text(config, "nightly config"), str(config))
+    if not isinstance(cfg, dict):
+        raise UserError(f"{config}: expected a mapping with baselines: and a section per part ({', '.join(PARTS)})")
+    for key in ("baselines", *parts):
+        if key not in cfg:
+            raise UserError(f"{config}: no '{key}' section; add it (scenarios/gate/nightly.yaml shows each)")
+    return cfg
+
+
+def nightly(config: Path, out: Path, only: list[str], update: bool, lock: str | None, history: Path | None,
+            baselines: Path | None = None) -> int:
+    cfg = load_config(config, list(only or PARTS))
     out.mkdir(parents=True, exist_ok=False)
-    s = Suite(out, REPO / cfg["baselines"], history or out / "history", update, lock)
+    s = Suite(out, baselines or REPO / cfg["baselines"], history or out / "history", update, lock)
     started = time.monotonic()
     for part in only or PARTS:
         t0 = time.monotonic()
@@ -223,20 +486,27 @@ def nightly(config: Path, out: Path, only: list[str], update: bool, lock: str | 
     total = round(time.monotonic() - started, 1)
     failed = sum(p["failures"] for p in s.parts)
     head = [f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {total / 60:.1f} min; "
-            f"{'FAILED' if failed else 'passed'}" + (" (baselines updated)" if update else ""), "",
+            f"{'FAILED' if failed else 'passed'}" + (" (baselines updated)" if update else "")
+            + (f"; {len(s.recorded)} baseline(s) recorded, nothing compared for them" if s.recorded else ""), "",
             "| part | time | failures |", "| --- | ---: | ---: |"]
     head += [f"| {p['part']} | {p['seconds'] / 60:.1f} min | {p['failures']} |" for p in s.parts]
+    if s.recorded:
+        head += ["", "Baselines recorded (this host's first run of these: nothing was compared; review and "
+                 "commit results/baselines):", ""] + [f"- {line}" for line in s.recorded]
     other = [f"- {c['suite']} / {c['name']}: " + ("FAIL: " + c["failure"] if c["failure"] else
                                                     "skipped: " + c["skipped"] if c["skipped"] else
                                                     "ok" + (f" ({c['output']})" if 0 < len(c["output"]) < 200 else ""))
              for c in s.cases]
     md = markdown(s.results, "pddbench nightly").replace("# pddbench nightly\n", "# pddbench nightly\n\n" +
                                                          "\n".join(head + [""] + other) + "\n", 1)
+    md += "".join("\n" + sec for sec in s.sections)
     write_text(out / "nightly.md", md)
     write_text(out / "junit.xml", junit(s.results, s.cases))
-    write_json(out / "nightly.json", {"parts": s.parts, "seconds": total, "results": s.results, "cases": s.cases})
-    print(f"nightly: {'FAILED' if failed else 'passed'} in {total / 60:.1f} min; report {out / 'nightly.md'}",
-          file=sys.stderr)
+    write_json(out / "nightly.json", {"parts": s.parts, "seconds": total, "results": s.results, "cases": s.cases,
+                                      "recorded": s.recorded})
+    print(f"nightly: {'FAILED' if failed else 'passed'} in {total / 60:.1f} min"
+          + (f" ({len(s.recorded)} baseline(s) recorded, nothing compared for them)" if s.recorded else "")
+          + f"; report {out / 'nightly.md'}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -245,14 +515,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--out", type=Path, default=None, help="report folder (default results/nightly/<stamp>)")
     ap.add_argument("--only", action="append", choices=PARTS, default=[], help="run only these parts (repeatable)")
-    ap.add_argument("--update-baselines", action="store_true", help="accept every candidate as the new baseline")
+    ap.add_argument("--update-baselines", action="store_true",
+                    help="compare, then accept every candidate as the new baseline (missing ones are recorded anyway)")
+    ap.add_argument("--baselines", type=Path, default=None, help="baselines root (default: the config's baselines:)")
     ap.add_argument("--live-lock", default=None, help="flock this file around each live run and the benchmarks")
     ap.add_argument("--history", type=Path, default=REPO / "results" / "history")
     a = ap.parse_args(argv)
     out = a.out or REPO / "results" / "nightly" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     try:
-        sys.exit(nightly(a.config, out, a.only, a.update_baselines, a.live_lock, a.history))
-    except (UserError, FileExistsError, KeyError, yaml.YAMLError) as exc:
+        sys.exit(nightly(a.config, out, a.only, a.update_baselines, a.live_lock, a.history, a.baselines))
+    except (UserError, FileExistsError, KeyError) as exc:
         print(f"error: nightly: {exc}", file=sys.stderr)
         sys.exit(2)
 

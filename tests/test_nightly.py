@@ -1,0 +1,312 @@
+"""`make nightly`'s per-host baselines (pddbench/gate/nightly.py), without live vLLM: the host key,
+record vs compare, the fidelity regression rule on fabricated fidelity.json files, the live part's
+per-host folders on the shipped (migrated) live baselines, and the sim part end to end (record,
+compare, a worsened baseline)."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pddbench.errors import UserError
+from pddbench.gate import nightly as nt
+from pddbench.gate.gate import HARDWARE
+from pddbench.io import write_json
+from pddbench.loading import read_json
+from tests.conftest import REPO
+
+AMD = {"cpu_model": "AMD EPYC", "cpu_isa": "avx2", "cpu_cores": 2, "machine": "x86_64", "git_commit": "a"}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8488C", "cpu_isa": "avx512", "cpu_cores": 2, "git_commit": "b"}
+SHIPPED_LIVE = REPO / "results" / "baselines" / "v1" / "live"
+FIDELITY_CFG = {"percentiles": [10, 50, 90, 99], "margin_pct": 10}
+SETTINGS = {"scenario": "live/same-dc-pd", "overrides": ["workload.synth.requests=60"], "repeats": 2}
+
+
+# -- host key ----------------------------------------------------------------------------------
+
+def test_host_key_names_model_isa_and_cores():
+    assert nt.host_key(AMD) == "amd-epyc-avx2-2cpus"
+    assert nt.host_key(XEON) == "intel-xeon-platinum-8488c-avx512-2cpus"
+    assert nt.host_key({}) == "unknown-unknown-unknowncpus"
+    assert nt.host_key(None) == nt.host_key({"cpu_model": "", "cpu_isa": None})
+    for prov in (AMD, XEON, {}, {"cpu_model": "  ../../etc/passwd ", "cpu_isa": "x/y", "cpu_cores": 8}):
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", nt.host_key(prov)), prov  # one safe folder name
+
+
+def test_host_key_differs_exactly_where_the_gate_sees_other_hardware():
+    """The key is made of the gate's HARDWARE fields: a change of any of them is another host, a
+    change of anything else (commit, load, python) is the same host."""
+    base = nt.host_key(AMD)
+    for field, other in (("cpu_model", "AMD EPYC 9R14"), ("cpu_isa", "avx512"), ("cpu_cores", 4)):
+        assert field in HARDWARE
+        assert nt.host_key({**AMD, field: other}) != base, field
+    for field, other in (("git_commit", "c"), ("load_avg_1m_at_start", 3.1), ("python", "3.12"), ("machine", "arm")):
+        assert nt.host_key({**AMD, field: other}) == base, field
+
+
+def test_this_hosts_key_comes_from_the_recorded_provenance():
+    from pddbench.provenance import provenance
+
+    assert nt.host_key(provenance()) == nt.host_key({k: provenance()[k] for k in HARDWARE})
+
+
+def test_run_provenance_reads_repeats_then_summary(tmp_path):
+    rep, run = tmp_path / "rep", tmp_path / "run"
+    rep.mkdir()
+    run.mkdir()
+    write_json(rep / "repeats.json", {"provenance": XEON, "runs": []})
+    write_json(rep / "summary.json", {"provenance": AMD})
+    write_json(run / "summary.json", {"provenance": AMD})
+    assert nt.run_provenance(rep) == XEON and nt.run_provenance(run) == AMD
+    (run / "summary.json").write_text('{"provenance": {"cpu_isa": NaN}}')  # strict reader: refused
+    with pytest.raises(UserError):
+        nt.run_provenance(run)
+
+
+# -- record vs compare -------------------------------------------------------------------------
+
+def test_plan_records_where_there_is_no_baseline(tmp_path):
+    base = tmp_path / "live" / "host" / "pdd"
+    assert nt.plan(base, update=False) == "record" and nt.plan(base, update=True) == "record"
+    base.mkdir(parents=True)
+    assert nt.plan(base, update=False) == "record"  # an empty folder holds no baseline
+    (base / "repeats.json").write_text("{}")
+    assert nt.plan(base, update=False) == "compare" and nt.plan(base, update=True) == "update"
+    shutil.rmtree(base)
+    base.write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        nt.plan(base, update=False)
+
+
+def test_record_run_copies_gate_inputs_and_leaves_no_temporary(tmp_path):
+    cand = tmp_path / "cand"
+    (cand / "model").mkdir(parents=True)
+    (cand / "summary.json").write_text("{}")
+    (cand / "fig.png").write_bytes(b"png")
+    (cand / "model" / "w.bin").write_bytes(b"w")
+    base = tmp_path / "baselines" / "live" / "h" / "x"
+    nt.record_run(cand, base)
+    assert sorted(p.name for p in base.iterdir()) == ["summary.json"]
+    assert [p.name for p in base.parent.iterdir()] == ["x"]
+
+
+# -- the fidelity rule -------------------------------------------------------------------------
+
+def _doc(errors: dict[int, tuple[float, float, float]]) -> dict:
+    """A fidelity.json with the fields `pddbench fidelity` writes per TTFT percentile."""
+    return {"ttft": [{"percentile": q, "live_ttft_ms": 100.0, "sim_ttft_ms": 100.0 + e, "error_ms": e,
+                      "error_pct": e, "live_ci_ms": [90.0, 110.0], "sim_ci_ms": [95.0, 105.0],
+                      "error_pct_ci": [lo, hi], "live_spread_ms": 10.0, "within_live_spread": False}
+                     for q, (e, lo, hi) in errors.items()], "max_abs_error_pct": max(abs(v[0]) for v in errors.values())}
+
+
+def _status(recorded, current, margin=10.0):
+    rows = nt.fidelity_rows(_doc({50: recorded}), _doc({50: current}), [50], margin)
+    return rows[0]["status"], rows[0]["limit_abs_error_pct"]
+
+
+def test_fidelity_rule_recorded_error_plus_spread_plus_margin():
+    rec = (-30.0, -40.0, -20.0)  # |error| 30, spread (half the interval) 10: limit 30 + 10 + 10 = 50
+    assert _status(rec, (-49.0, -60, -40)) == ("within", 50.0)
+    assert _status(rec, (-50.0, -60, -40)) == ("within", 50.0)  # at the limit: not beyond it
+    assert _status(rec, (-51.0, -60, -40))[0] == "regression"
+    assert _status(rec, (51.0, 40, 60))[0] == "regression"  # the other side, as far off
+    assert _status(rec, (45.0, 40, 60))[0] == "within"
+    assert _status(rec, (-10.0, -15, -5))[0] == "improved"
+    assert _status(rec, (-51.0, -60, -40), margin=0.0)[0] == "regression"
+    assert _status((-30.0, -60.0, 0.0), (-51.0, -60, -40), margin=0.0)[0] == "within"  # a wider recorded spread
+
+
+def test_fidelity_rule_judges_each_gated_percentile(tmp_path):
+    base = _doc({10: (-30, -35, -25), 50: (5, 0, 10), 90: (20, 10, 30), 99: (40, 0, 80)})
+    cand = _doc({10: (-60, -65, -55), 50: (12, 0, 20), 90: (20, 10, 30), 99: (85, 0, 100)})
+    rows = nt.fidelity_rows(base, cand, [10, 50, 90, 99], 10)
+    assert {r["percentile"]: r["status"] for r in rows} == {10: "regression", 50: "within", 90: "within",
+                                                            99: "within"}
+    assert nt.fidelity_rows(base, cand, [50, 90], 10)[0]["status"] == "within"  # p10 not gated: not judged
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"ttft": "x"}, "no 'ttft' list"),
+    ({}, "no 'ttft' list"),
+    ({"ttft": [{"percentile": 50, "error_pct": None, "error_pct_ci": [0, 1]}]}, "finite error_pct"),
+    ({"ttft": [{"percentile": 50, "error_pct": 1.0, "error_pct_ci": [0]}]}, "two-number"),
+    ({"ttft": [{"percentile": 50, "error_pct": True, "error_pct_ci": [0, 1]}]}, "finite error_pct"),
+    ({"ttft": [{"percentile": 10, "error_pct": 1.0, "error_pct_ci": [0, 1]}]}, "no TTFT p50 row"),
+])
+def test_fidelity_rule_refuses_unusable_files(bad, match):
+    good = _doc({50: (1.0, 0.0, 2.0)})
+    for base, cand in ((bad, good), (good, bad)):
+        with pytest.raises(UserError, match=match):
+            nt.fidelity_rows(base, cand, [50], 10)
+
+
+def _fidelity_out(folder, scale: float):
+    """A fidelity output folder from the real ci_table (the command's own rows): the twin's TTFT is
+    the live one times `scale` (with noise), over two repeats."""
+    from pddbench.fidelity import ci_table
+
+    rng = np.random.default_rng(0)
+    groups = []
+    for _ in range(2):
+        live = rng.lognormal(5, 0.8, 60)
+        groups.append((live, live * scale * rng.lognormal(0, 0.1, 60)))
+    rows = ci_table(groups, n=200)
+    folder.mkdir(parents=True)
+    write_json(folder / "fidelity.json", {"ttft": rows, "repeats": 2,
+                                          "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows)})
+    (folder / "fidelity.csv").write_text("percentile\n")
+    return folder
+
+
+def _suite(tmp_path, update=False):
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    return nt.Suite(out, tmp_path / "baselines", tmp_path / "hist", update, None)
+
+
+def test_fidelity_part_records_then_compares_then_fails_a_regression(tmp_path, capsys):
+    s = _suite(tmp_path)
+    host = nt.host_key(XEON)
+    base = s.baselines / "fidelity" / host / "same-dc-pd"
+    s.gate_fidelity("same-dc-pd", _fidelity_out(tmp_path / "f0", 0.7), base, host, SETTINGS, FIDELITY_CFG, XEON)
+    assert [c["failure"] for c in s.cases] == [None]
+    assert f"baseline recorded for {host}, nothing compared" in s.cases[0]["output"]
+    assert f"baseline recorded for {host}, nothing compared" in capsys.readouterr().err
+    assert sorted(p.name for p in base.iterdir()) == ["fidelity.csv", "fidelity.json", "settings.json"]
+    assert read_json(base / "settings.json", "t") == SETTINGS
+    assert read_json(base.parent / "host.json", "t")["cpu_isa"] == "avx512"
+
+    s.gate_fidelity("same-dc-pd", _fidelity_out(tmp_path / "f1", 0.7), base, host, SETTINGS, FIDELITY_CFG)
+    assert s.cases[-1]["failure"] is None and "p50: error" in s.cases[-1]["output"]
+    s.gate_fidelity("same-dc-pd", _fidelity_out(tmp_path / "f2", 0.2), base, host, SETTINGS, FIDELITY_CFG)
+    assert s.cases[-1]["failure"] and "p50" in s.cases[-1]["failure"] and "regression" in s.cases[-1]["output"]
+    assert "FAIL" in s.sections[-1]
+
+    other = {**SETTINGS, "repeats": 3}  # errors at other settings do not compare
+    s.gate_fidelity("same-dc-pd", _fidelity_out(tmp_path / "f3", 0.7), base, host, other, FIDELITY_CFG)
+    assert "--update-baselines" in s.cases[-1]["failure"]
+
+    s = _suite(tmp_path, update=True)  # accepting the worse twin and the new settings
+    s.gate_fidelity("same-dc-pd", tmp_path / "f2", base, host, other, FIDELITY_CFG)
+    assert s.cases[-1]["failure"] is None and "accepted" in s.cases[-1]["output"]
+    assert read_json(base / "fidelity.json", "t") == read_json(tmp_path / "f2" / "fidelity.json", "t")
+    assert read_json(base / "settings.json", "t") == other
+    assert [p.name for p in base.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_fidelity_part_names_a_broken_baseline(tmp_path):
+    s = _suite(tmp_path)
+    base = s.baselines / "fidelity" / "h" / "pdd"
+    base.mkdir(parents=True)
+    write_json(base / "settings.json", SETTINGS)
+    (base / "fidelity.json").write_text('{"ttft": [], "ttft": []}')  # duplicate key: strict reader refuses
+    s.gate_fidelity("pdd", _fidelity_out(tmp_path / "f", 0.7), base, "h", SETTINGS, FIDELITY_CFG)
+    assert "fidelity.json" in s.cases[-1]["failure"]
+
+
+# -- the live part's per-host folders ----------------------------------------------------------
+
+def _with_provenance(src, dst, prov):
+    shutil.copytree(src, dst)
+    for path in [dst / "repeats.json", *dst.glob("repeat-*/summary.json")]:
+        doc = json.loads(path.read_text())
+        doc["provenance"] = {**doc["provenance"], **prov}
+        path.write_text(json.dumps(doc))
+    return dst
+
+
+def test_shipped_live_baselines_sit_under_their_own_host_key():
+    hosts = [p for p in SHIPPED_LIVE.iterdir() if p.is_dir()]
+    assert hosts, "no per-host live baselines shipped"
+    for host in hosts:
+        assert read_json(host / "host.json", "t")["host"] == host.name
+        runs = [p for p in host.iterdir() if p.is_dir()]
+        assert runs
+        for run in runs:
+            assert nt.host_key(nt.run_provenance(run)) == host.name, run
+
+
+def test_live_part_records_a_new_hosts_baseline_then_compares(tmp_path):
+    shipped = next(p for p in SHIPPED_LIVE.iterdir() if p.is_dir()) / "same-dc-pd"
+    cand = _with_provenance(shipped, tmp_path / "cand", XEON)  # the same figures, from an AVX-512 host
+    s = _suite(tmp_path)
+    prov = nt.run_provenance(cand)
+    host = nt.host_key(prov)
+    base = s.baselines / "live" / host / "same-dc-pd"
+    s.gate_against("live/same-dc-pd", cand, base, host, prov)
+    assert s.results == [] and s.cases[-1]["failure"] is None
+    assert s.recorded == [f"live/same-dc-pd: baseline recorded for {host}, nothing compared: {base}"]
+    assert (base / "repeats.json").is_file() and (base.parent / "host.json").is_file()
+    s.gate_against("live/same-dc-pd", cand, base, host, prov)  # the second night: compared, here the same runs
+    assert len(s.results) == 1 and s.results[0]["mode"] == "statistical" and s.results[0]["regressions"] == 0
+
+
+# -- the sim part, end to end ------------------------------------------------------------------
+
+def _nightly(tmp_path, out):
+    """The nightly's sim part on the real config cut to one small scenario, baselines in tmp_path."""
+    from pddbench.loading import load_yaml
+
+    real = load_yaml(nt.DEFAULT_CONFIG.read_text(), str(nt.DEFAULT_CONFIG))
+    real["sim"] = {**real["sim"], "scenarios": ["paper/same-dc-pd"], "overrides": ["workload.synth.requests=100"]}
+    (tmp_path / "nightly.json").write_text(json.dumps(real))
+    return subprocess.run([sys.executable, "-m", "pddbench.gate.nightly", "--config", tmp_path / "nightly.json",
+                           "--only", "sim", "--baselines", tmp_path / "baselines", "--out", tmp_path / out,
+                           "--history", tmp_path / "hist"], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_nightly_sim_part_records_compares_and_fails_a_worse_result(tmp_path):
+    base = tmp_path / "baselines" / "sim" / "same-dc-pd"
+    res = _nightly(tmp_path, "n1")
+    assert res.returncode == 0, res.stderr
+    assert "baseline recorded for every host" in res.stderr and "nothing compared" in res.stderr
+    md = (tmp_path / "n1" / "nightly.md").read_text()
+    assert "passed; 1 baseline(s) recorded" in md and f"nothing compared: {base}" in md
+    assert (base / "records.parquet").is_file() and (base / "summary.json").is_file()
+
+    res = _nightly(tmp_path, "n2")
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "n2" / "nightly.md").read_text()
+    assert "identical to the baseline" in md and "baseline recorded" not in md
+
+    summary = json.loads((base / "summary.json").read_text())
+    summary["ttft_ms"]["p50"] /= 2  # the baseline was twice as fast: tonight's run is a regression
+    (base / "summary.json").write_text(json.dumps(summary))
+    res = _nightly(tmp_path, "n3")
+    assert res.returncode == 1, res.stderr
+    md = (tmp_path / "n3" / "nightly.md").read_text()
+    assert "FAILED" in md and "`ttft_ms.p50`" in md
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"percentiles": [55]}, "fidelity.percentiles"),
+    ({"percentiles": []}, "fidelity.percentiles"),
+    ({"percentiles": "50"}, "fidelity.percentiles"),
+    ({"margin_pct": "10"}, "fidelity.margin_pct"),
+    ({"margin_pct": -1}, "fidelity.margin_pct"),
+    ({"margin_pct": True}, "fidelity.margin_pct"),
+])
+def test_fidelity_rule_settings_are_checked(cfg, match):
+    assert nt.fidelity_rule({}) == ([10, 50, 90, 99], 10.0)
+    assert nt.fidelity_rule(nt.load_config(nt.DEFAULT_CONFIG, ["fidelity"])["fidelity"]) == ([10, 50, 90, 99], 10.0)
+    with pytest.raises(UserError, match=match):
+        nt.fidelity_rule(cfg)
+
+
+def test_update_replaces_an_unreadable_fidelity_baseline(tmp_path):
+    s = _suite(tmp_path, update=True)
+    base = s.baselines / "fidelity" / "h" / "pdd"
+    base.mkdir(parents=True)
+    (base / "fidelity.json").write_text("{broken")
+    s.gate_fidelity("pdd", _fidelity_out(tmp_path / "f", 0.7), base, "h", SETTINGS, FIDELITY_CFG)
+    assert s.cases[-1]["failure"] is None and "could not be compared" in s.cases[-1]["output"]
+    assert read_json(base / "settings.json", "t") == SETTINGS
+    s = _suite(tmp_path)  # and a candidate the rule cannot read is neither recorded nor compared
+    (tmp_path / "f" / "fidelity.json").write_text('{"ttft": [{"percentile": 50}]}')
+    s.gate_fidelity("pdd", tmp_path / "f", s.baselines / "fidelity" / "h" / "new", "h", SETTINGS, FIDELITY_CFG)
+    assert "error_pct" in s.cases[-1]["failure"] and not (s.baselines / "fidelity" / "h" / "new").exists()
