@@ -389,15 +389,18 @@ def replay_bench_cmd(
 @app.command("handoff-bench")
 def handoff_bench_cmd(
     tokens: int = typer.Option(100, "--tokens", min=1, help="Tokens handed over (the article: 100)."),
-    kv_bytes_per_token: int = typer.Option(47606, "--kv-bytes-per-token", min=1,
-                                           help="KV geometry: bytes per token, all layers (47606 -> 4649 KiB per 100 tokens)."),
+    kv_bytes_per_token: Optional[int] = typer.Option(
+        None, "--kv-bytes-per-token", min=1,
+        help="KV geometry: bytes per token, all layers; default the --scenario's model.kv_bytes_per_token."),
     trials: int = typer.Option(200, "--trials", min=2, help="Handoffs of each kind (interleaved)."),
     profile: str = typer.Option("cross-city-10g", "--profile", help="WAN link profile (netem/profiles) or YAML path."),
     context_tokens: int = typer.Option(8192, "--context-tokens", min=0, help="Tokens already cached on MD when it recomputes."),
     md_endpoint: Optional[str] = typer.Option(None, "--md-endpoint", help="Measure the recompute on this real engine "
                                               "(OpenAI API); unset uses the scenario's MD latency model."),
     md_model: str = typer.Option("tiny", "--md-model", help="Model name served at --md-endpoint."),
-    scenario: Path = typer.Option(Path("paper/pdd"), "--scenario", help="Scenario whose MD pool models the recompute."),
+    scenario: Path = typer.Option(Path("paper/pdd"), "--scenario",
+                                  help="Scenario whose model gives the KV bytes per token and whose MD pool models "
+                                  "the recompute."),
     loopback: bool = typer.Option(False, "--loopback", help="Plain loopback, no emulated WAN (no root needed)."),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: kv_handoff / token_handoff with bytes and latency_ms (mean, p99, max)."),
@@ -427,18 +430,21 @@ def handoff_bench_cmd(
 def fidelity_cmd(
     live_run: Path = typer.Argument(..., help="A live run folder with engine_calibration.csv (scenarios/live/same-dc-pd.yaml "
                                     "and cross-dc-pd.yaml make one), or a `run --repeat N` folder of such runs."),
-    twin: Optional[Path] = typer.Option(None, "--twin", help="The simulated twin scenario; default the shipped twin of "
-                                        "the live run's deployment (scenarios/live/sim-twin-*.yaml)."),
+    twin: Optional[Path] = typer.Option(None, "--twin", help="A simulated twin scenario, taken as it is (the run's "
+                                        "measurements applied); default: built from the live run's own scenario.yaml "
+                                        "(policy, SLA, KV block, relay capacity) and summary (KV bytes per token) on "
+                                        "the shipped twin of its deployment (scenarios/live/sim-twin-*.yaml)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (new or empty); default LIVE_RUN/fidelity."),
     max_error_pct: Optional[float] = typer.Option(
         None, "--max-error-pct", min=0,
         help="Gate: exit 1 when any percentile's |TTFT error| exceeds this (outputs are written first)."),
 ) -> None:
-    """Sim vs live on the same requests: replays the live run's trace through the twin scenario
-    with the live arrival times and step times calibrated from the live engines; reports TTFT per
-    percentile (live, sim, error, each with a 95% bootstrap interval: over requests, or over repeats
-    then requests) in fidelity.json / fidelity.csv / fidelity_ttft.png, and TTFT's parts (P's queue +
-    prefill; KV transfer + D's first step) when the live front reported them."""
+    """Sim vs live on the same requests: replays the live run's trace through its twin (the run's
+    own settings, its calibrated step times and measured transfers; saved as twin_scenario.yaml)
+    with the live arrival times; reports TTFT per percentile (live, sim, error, each with a 95%
+    bootstrap interval: over requests, or over repeats then requests) in fidelity.json /
+    fidelity.csv / fidelity_ttft.png, and TTFT's parts (P's queue + prefill; KV transfer + D's
+    first step) when the live front reported them."""
     from pddbench.fidelity import fidelity
 
     res = fidelity(live_run, twin, out or live_run / "fidelity")

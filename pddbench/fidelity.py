@@ -1,11 +1,16 @@
 """`pddbench fidelity LIVE_RUN`: the simulator against a live run on the same requests.
 
-The live run's trace is replayed through the twin scenario with the live arrival times (so both
-see one arrival process) and the step times calibrated from the live engines
-(`engine_calibration.csv` in the live run). Output: TTFT per percentile, live vs sim, and the
-error (sim - live, ms and %), as JSON, CSV and a figure; when the live front reported when P
-answered (`prefill_end_ms`), TTFT's two parts per percentile too: arrival -> prefill end (P's queue
-and prefill) and prefill end -> first token (KV transfer and D's first step).
+The live run's trace is replayed through its twin with the live arrival times (so both see one
+arrival process). The twin is built per run (build_twin): the simulator-only twin file of the
+deployment (scenarios/live/sim-twin-*.yaml: model geometry, pools, how vLLM CPU is modelled), the
+live run's own scenario.yaml (policy, SLA, KV block, relay capacity) and summary (the served
+model's KV bytes per token), and what the run measured: step times (`engine_calibration.csv`),
+transfers and busy checks (`twin_calibration`). It is saved beside the report (twin_scenario.yaml).
+
+Output: TTFT per percentile, live vs sim, and the error (sim - live, ms and %), as JSON, CSV and a
+figure; when the live front reported when P answered (`prefill_end_ms`), TTFT's two parts per
+percentile too: arrival -> prefill end (P's queue and prefill) and prefill end -> first token (KV
+transfer and D's first step).
 
 Each percentile carries a confidence interval (default 95%) for live, sim and the error, from a
 paired bootstrap: the same requests are drawn on both sides (they are the same requests). One run:
@@ -22,6 +27,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from pddbench.errors import UserError
 from pddbench.io import run_folder, save_figure, write_json, write_text
@@ -116,13 +122,30 @@ def per_request_csv(live, sim) -> str:
     return out.to_csv(index=False, float_format="%.3f")
 
 
-def _refuse_interrupted(live_dir: Path) -> None:
+def _live_summary(live_dir: Path) -> dict:
+    """The live run's summary.json, or {} where it has none (a run folder made by hand)."""
     from pddbench.loading import read_json
 
     summary = read_json(live_dir / "summary.json", "summary file") if (live_dir / "summary.json").is_file() else {}
-    if isinstance(summary, dict) and summary.get("interrupted"):
+    return summary if isinstance(summary, dict) else {}
+
+
+def _refuse_interrupted(live_dir: Path) -> None:
+    if _live_summary(live_dir).get("interrupted"):
         raise UserError(f"{live_dir} was interrupted (Ctrl-C): its arrivals stop early and its last requests "
                         "were cut off; compare a complete live run")
+
+
+def recorded_kv_bytes_per_token(live_dir: Path) -> int | None:
+    """The served model's KV bytes per token, as the live run recorded it in its summary; None for
+    a run made before the summary kept it."""
+    value = _live_summary(live_dir).get("kv_bytes_per_token")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{live_dir}/summary.json: kv_bytes_per_token is {value!r}, not a positive whole number of "
+                        "bytes: the summary is damaged")
+    return value
 
 
 TWINS = {"same_dc_pd": "sim-twin-same-dc-pd.yaml", "cross_dc_pd": "sim-twin-cross-dc-pd.yaml",
@@ -220,79 +243,148 @@ def _core_share_factor(path: Path, engine) -> dict:
             "relay_step_factor": round(idle_ms / fit_ms, 3)}
 
 
-def _link_override(path: str, link: dict) -> str:
-    """The scenario override that makes `path` (network.rdma / network.wan) the fitted link, served
-    one transfer at a time as NIXL's one UCX connection per engine pair does."""
-    rate = "null" if link["rate_gbps"] is None else link["rate_gbps"]
-    return f"{path}={{delay_ms: {link['delay_ms']}, rate_gbps: {rate}, sharing: fifo}}"
+def _fitted_link_setting(link: dict) -> dict:
+    """A link profile that is the fitted transfer, served one transfer at a time as NIXL's one UCX
+    connection per engine pair does."""
+    return {"delay_ms": link["delay_ms"], "rate_gbps": link["rate_gbps"], "sharing": "fifo"}
 
 
-def compare_run(live_dir: Path, twin: Path | None):
-    """One live run and its twin on the same requests: (live records, sim records, fitted link,
-    twin path, the fitted step-time model), completed requests only."""
+def live_contract(live_dir: Path, live_sc) -> dict:
+    """What the twin takes from the live run itself, by dotted field: what both runtimes read from
+    the live run's scenario.yaml (the router's policy, the SLA its relay budget is a share of, the
+    engines' KV block, the prefix-cache block, the relay's capacity) and the served model's KV
+    bytes per token, as the run recorded it. Taken whole, so no hand-copied twin can drift."""
+    d = live_sc.deployment
+    # vLLM 0.32's NixlConnector cannot stop a read in flight: whatever the router's policy asks, a
+    # pull that a finished relay no longer needs drains into MD (the cancelled request's blocks are
+    # freed when their reads complete), so the twin lets it drain
+    policy = {**live_sc.policy.model_dump(mode="json"), "relay_finish_stops_wan_kv": False}
+    out = {"sla": live_sc.sla.model_dump(mode="json"), "policy": policy,
+           "workload.block_size": live_sc.workload.block_size, "deployment.kv_block_tokens": d.kv_block_tokens}
+    if d.kind == "pdd":
+        out["deployment.relay.max_batch_seqs"] = d.relay_slots()
+    kv = recorded_kv_bytes_per_token(live_dir)
+    if kv is not None:  # else (older runs) the twin file's model states it
+        out["model.kv_bytes_per_token"] = kv
+    return out
+
+
+def _measured(live_dir: Path, live_kind: str, engine) -> tuple[dict, dict | None]:
+    """What the run's calibration files say, as twin settings by dotted field, and the fitted
+    links and checks for the report (None without a transfer table)."""
+    from pddbench.live.engine_calibration import BUSY_CHECK_CSV, CORE_SHARE_CSV, RELAY_TRANSFER_CSV
+
+    settings: dict = {"latency.calibration_csv": str((live_dir / "engine_calibration.csv").resolve())}
+    xfer = live_dir / "kv_transfer_calibration.csv"
+    if not (xfer.is_file() and live_kind in LINK_OF):
+        if live_kind in NEEDS_TRANSFER:
+            raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
+                            "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")
+        return settings, None
+    # The measured P -> D transfer (from the client's side: across the WAN it includes the request
+    # to D and the token back) replaces the twin's link: the idealised RDMA one, or the WAN
+    # profile, whose one crossing per transfer misses NIXL's round trips. NIXL over UCX TCP moves
+    # a P-D pair's reads over one connection, one after another: fifo.
+    link = _fitted_link(xfer, engine)
+    settings[LINK_OF[live_kind]] = _fitted_link_setting(link)
+    relay = live_dir / RELAY_TRANSFER_CSV
+    if live_kind == "pdd" and relay.is_file():
+        # PDD's local P -> RLD pull, measured the same way (NIXL over UCX TCP on one host, the
+        # relay sharing its core with MD), replaces the idealised RDMA link
+        link["relay"] = _fitted_link(relay, engine)
+        settings["network.rdma"] = _fitted_link_setting(link["relay"])
+    busy = live_dir / BUSY_CHECK_CSV
+    if busy.is_file():
+        # a pull into a decoding D / MD takes longer than the idle calibration says
+        link["busy"] = _busy_extra(busy, engine)
+        settings["twin_calibration.kv_pull_busy_extra_ms"] = link["busy"]["extra_ms"]
+        relay_busy = _busy_extra(busy, engine, "rld_idle", "rld_busy", optional=True) if live_kind == "pdd" else None
+        if relay_busy is not None:  # the same for a pull into PDD's relay
+            link["relay_busy"] = relay_busy
+            settings["twin_calibration.kv_pull_relay_busy_extra_ms"] = relay_busy["extra_ms"]
+    share = live_dir / CORE_SHARE_CSV
+    if live_kind == "pdd" and share.is_file():
+        # what RLD's steps take while MD, on the same core, pulls KV or decodes
+        link["core_share"] = _core_share_factor(share, engine)
+        settings["twin_calibration.core_shared_step_factor"] = link["core_share"]["step_factor"]
+        settings["twin_calibration.relay_step_factor"] = link["core_share"]["relay_step_factor"]
+    return settings, link
+
+
+@dataclasses.dataclass
+class Twin:
+    """The simulated twin of one live run."""
+    scenario: object       # the Scenario the simulator runs
+    live_scenario: object  # the live run's own (its scenario.yaml)
+    base: Path             # the simulator-only twin file (the shipped one, or --twin)
+    from_live: dict        # what it took from the live run, by dotted field (empty with --twin)
+    link: dict | None      # the measured transfers and checks, as fitted (fidelity.json's kv_link_fitted)
+    engine: object         # the fitted step-time model
+
+
+def _put(data: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = data.get(part)
+        data[part] = node = node if isinstance(node, dict) else {}
+        data = node
+    data[last] = value
+
+
+def build_twin(live_dir: Path, twin: Path | None = None) -> Twin:
+    """The twin of the live run in `live_dir`: the simulator-only twin file of its deployment (or
+    `twin`, an explicit override taken as it is), the live run's own contract (live_contract; not
+    with `twin`) and what the run measured (step times, transfers, checks) on top."""
+    from pydantic import ValidationError
+
+    from pddbench.scenario import Scenario, load_scenario
+    from pddbench.sim.latency import Calibrated
+
+    if not (live_dir / "scenario.yaml").is_file():
+        raise UserError(f"{live_dir} is not a live run folder: it has no scenario.yaml")
+    live_sc = load_scenario(live_dir / "scenario.yaml")
+    if live_sc.runtime != "live" or live_sc.deployment is None:
+        raise UserError(f"{live_dir} is not a live run: its scenario.yaml is not a live deployment")
+    calib = live_dir / "engine_calibration.csv"
+    if not calib.is_file():
+        raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
+                        "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml, cross-dc-pd.yaml and "
+                        "pdd.yaml set it)")
+    live_kind = live_sc.deployment.kind
+    base = twin or default_twin(live_kind)
+    engine = Calibrated.fit_csv(calib)  # what the twin's latency model will be, for the report
+    measured, link = _measured(live_dir, live_kind, engine)
+    from_live = {} if twin is not None else live_contract(live_dir, live_sc)
+    data = load_scenario(base).model_dump(mode="json")
+    for dotted, value in {**from_live, **measured}.items():
+        _put(data, dotted, value)
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the scenario"
+        raise UserError(f"the twin of {live_dir} ({base} with the run's settings) is not valid: {where}: "
+                        f"{err['msg']}") from None
+    if sc.deployment is None or sc.deployment.kind != live_kind:
+        twin_kind = sc.deployment.kind if sc.deployment else "none"
+        raise UserError(f"{live_dir} is a live {live_kind} run but the twin {base} simulates {twin_kind}: "
+                        "pass --twin with a simulated scenario of the same deployment")
+    return Twin(sc, live_sc, base, from_live, link, engine)
+
+
+def compare_run(live_dir: Path, twin: Path | None) -> tuple:
+    """One live run and its twin on the same requests: (live records, sim records, the Twin),
+    completed requests only."""
     from pddbench.runner import simulate_summary
-    from pddbench.scenario import load_scenario
 
     for name in ("records.parquet", "trace.jsonl", "scenario.yaml"):
         if not (live_dir / name).is_file():
             raise UserError(f"{live_dir} is not a live run folder: it has no {name}")
-    calib = live_dir / "engine_calibration.csv"
-    if not calib.is_file():
-        raise UserError(f"{live_dir} has no engine_calibration.csv: run the live scenario with "
-                        "`--set live.calibrate_engine=true` (scenarios/live/same-dc-pd.yaml and cross-dc-pd.yaml set it)")
-    live_sc = load_scenario(live_dir / "scenario.yaml")
-    if live_sc.runtime != "live" or live_sc.deployment is None:
-        raise UserError(f"{live_dir} is not a live run: its scenario.yaml is not a live deployment")
     _refuse_interrupted(live_dir)
-    live_kind = live_sc.deployment.kind
-    twin = twin or default_twin(live_kind)
-    reqs, live = live_arrival_requests(live_dir, live_sc.workload.block_size)
-    overrides = [f"latency.calibration_csv={calib.resolve()}"]
-    from pddbench.sim.latency import Calibrated
-
-    engine = Calibrated.fit_csv(calib)  # what the twin's latency model will be, for the report
-    link = None
-    xfer = live_dir / "kv_transfer_calibration.csv"
-    if xfer.is_file() and live_kind in LINK_OF:
-        # The measured P -> D transfer (from the client's side: across the WAN it includes the
-        # request to D and the token back) replaces the twin's link: the idealised RDMA one, or
-        # the WAN profile, whose one crossing per transfer misses NIXL's round trips. NIXL over
-        # UCX TCP moves a P-D pair's reads over one connection, one after another: fifo.
-        from pddbench.live.engine_calibration import BUSY_CHECK_CSV, CORE_SHARE_CSV, RELAY_TRANSFER_CSV
-
-        link = _fitted_link(xfer, engine)
-        overrides.append(_link_override(LINK_OF[live_kind], link))
-        relay = live_dir / RELAY_TRANSFER_CSV
-        if live_kind == "pdd" and relay.is_file():
-            # PDD's local P -> RLD pull, measured the same way (NIXL over UCX TCP on one host, the
-            # relay sharing its core with MD), replaces the idealised RDMA link
-            link = {**link, "relay": _fitted_link(relay, engine)}
-            overrides.append(_link_override("network.rdma", link["relay"]))
-        busy = live_dir / BUSY_CHECK_CSV
-        if busy.is_file():
-            # a pull into a decoding D / MD takes longer than the idle calibration says
-            link = {**link, "busy": _busy_extra(busy, engine)}
-            overrides.append(f"deployment.kv_pull_busy_extra_ms={link['busy']['extra_ms']}")
-            relay_busy = _busy_extra(busy, engine, "rld_idle", "rld_busy", optional=True) if live_kind == "pdd" else None
-            if relay_busy is not None:  # the same for a pull into PDD's relay
-                link = {**link, "relay_busy": relay_busy}
-                overrides.append(f"deployment.kv_pull_relay_busy_extra_ms={relay_busy['extra_ms']}")
-        share = live_dir / CORE_SHARE_CSV
-        if live_kind == "pdd" and share.is_file():
-            # what RLD's steps take while MD, on the same core, pulls KV or decodes
-            link = {**link, "core_share": _core_share_factor(share, engine)}
-            overrides += [f"deployment.core_shared_step_factor={link['core_share']['step_factor']}",
-                          f"deployment.relay_step_factor={link['core_share']['relay_step_factor']}"]
-    elif live_kind in NEEDS_TRANSFER:
-        raise UserError(f"{live_dir} has no kv_transfer_calibration.csv: a cross-DC twin needs the measured "
-                        "P -> D transfer; run the live scenario with `--set live.calibrate_engine=true`")
-    sc = load_scenario(twin, overrides)
-    if sc.deployment is None or sc.deployment.kind != live_kind:
-        twin_kind = sc.deployment.kind if sc.deployment else "none"
-        raise UserError(f"{live_dir} is a live {live_kind} run but the twin {twin} simulates {twin_kind}: "
-                        "pass --twin with a simulated scenario of the same deployment")
-    sim, _ = simulate_summary(sc, reqs=reqs)
-    return live[~live["failed"]], sim[~sim["failed"]], link, twin, engine.describe()
+    made = build_twin(live_dir, twin)
+    reqs, live = live_arrival_requests(live_dir, made.live_scenario.workload.block_size)
+    sim, _ = simulate_summary(made.scenario, reqs=reqs)
+    return live[~live["failed"]], sim[~sim["failed"]], made
 
 
 def paired_values(live, sim, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -363,11 +455,14 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
     tpot_groups = [paired_values(c[0], c[1], "tpot_ms") for c in compared]
     rows = ci_table(ttft_groups, confidence=confidence, n=n_boot)
     tpot_rows = ci_table(tpot_groups, confidence=confidence, n=n_boot) if all(len(g[0]) for g in tpot_groups) else []
-    result = {"live_run": str(live_dir), "twin_scenario": str(compared[0][3]), "repeats": len(runs),
+    twins = [c[2] for c in compared]
+    per_run = (lambda values: values[0]) if len(runs) == 1 else (lambda values: values)  # noqa: E731
+    result = {"live_run": str(live_dir), "twin_scenario": str(twins[0].base), "repeats": len(runs),
+              "twin_from_live_run": per_run([t.from_live for t in twins]),
               "requests_live": int(len(live_ok)), "requests_sim": int(len(sim_ok)),
               "requests_paired": int(sum(len(g[0]) for g in ttft_groups)),
-              "kv_link_fitted": compared[0][2] if len(runs) == 1 else [c[2] for c in compared],
-              "engine_fit": compared[0][4] if len(runs) == 1 else [c[4] for c in compared],
+              "kv_link_fitted": per_run([t.link for t in twins]),
+              "engine_fit": per_run([t.engine.describe() for t in twins]),
               "confidence": confidence, "bootstrap": {"resamples": n_boot, "over": "repeats, then requests"
                                                      if len(runs) > 1 else "requests", "paired": True},
               "ttft": rows, "max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
@@ -381,6 +476,9 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
                                           for g in ttft_groups]
     with run_folder(out, out, "") as folder:  # only now: a refused comparison leaves no folder behind
         _write(folder.path, result, rows, live_ok, sim_ok, ttft_groups, (confidence, n_boot, live_dir, len(runs)))
+        for i, t in enumerate(twins):  # each twin as it ran, to rerun with `pddbench run`
+            name = "twin_scenario.yaml" if len(runs) == 1 else f"twin_scenario-{runs[i].name}.yaml"
+            write_text(folder.path / name, yaml.safe_dump(t.scenario.model_dump(mode="json"), sort_keys=False))
     return result
 
 

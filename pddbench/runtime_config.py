@@ -1,6 +1,7 @@
 """Settings of each runtime, as parts of the scenario schema: the simulator's step-time model
-(`latency:`) and the live runtime (`live:`). Pure data: no runtime code is imported here, so the
-schema can be read (and validated) where neither the simulator nor vLLM is wanted."""
+(`latency:`), what the simulator's twin of a live run models of the live engines
+(`twin_calibration:`) and the live runtime (`live:`). Pure data: no runtime code is imported
+here, so the schema can be read (and validated) where neither the simulator nor vLLM is wanted."""
 
 from __future__ import annotations
 
@@ -18,6 +19,60 @@ class LatencyConfig(BaseModel):
     decode_overhead_ms: float = Field(3.0, ge=0, description="fixed cost per decode step")
     calibration_csv: str | None = Field(
         None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms (and optionally cached_tokens)")
+
+
+DecodeRole = Literal["decode", "relay", "main"]
+
+
+class TwinCalibration(BaseModel):
+    """Simulator only: how the twin of a live run models what vLLM CPU does that the paper's
+    deployments do not (pulls from the step loop, decoders sharing a core, P's second lease), and
+    the timings `pddbench fidelity` measures on the run. Its defaults are the simulator's plain
+    model (the paper scenarios set none of it); a scenario that sets no field leaves the section
+    out of its saved scenario.yaml."""
+    model_config = {"extra": "forbid"}
+    kv_pull_at_decode_step: bool = Field(
+        False, description="a decoder starts pulling a request's KV at the end of the step it is running "
+        "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
+        "On in the live twins; off in the paper scenarios, which assume the article's push-style transfer")
+    kv_pull_busy_extra_ms: float = Field(
+        0.0, ge=0, le=1e6, description="a KV pull into a decoder (D or MD) that is running a batch arrives this much "
+        "later (the receive shares the decoder's core with its steps); fidelity takes it from the run's "
+        "kv_transfer_busy_check.csv")
+    kv_pull_relay_busy_extra_ms: float = Field(
+        0.0, ge=0, le=1e6, description="pdd: as kv_pull_busy_extra_ms, for a pull into a relay (RLD) that is running "
+        "a batch; fidelity takes it from the busy check's rld_idle / rld_busy rows")
+    core_groups: dict[str, list[DecodeRole]] = Field(
+        default_factory=dict, description="decode pools that share compute, by group name (e.g. {decoders: [relay, "
+        "main]}): instance i of each runs on the same core, and its busy instances divide it (as the OS "
+        "time-slices engines pinned to one CPU core: live PDD's RLD and MD)")
+    core_shared_step_factor: float = Field(
+        2.0, ge=1, le=100, description="decode pools in a core group: how many times longer a decoder's step takes "
+        "while one other decoder on its core is busy (running a batch or receiving a KV pull); k busy: "
+        "1 + (factor - 1)(k - 1). 2 = fair time-slicing; fidelity takes it from the run's core_share_check.csv")
+    relay_step_factor: float = Field(
+        1.0, gt=0, le=100, description="pdd: the relay's decode steps take this many times the relay pool's latency "
+        "model says; the PDD twin, whose step times are fitted to MD, takes the relay's own measured pace from "
+        "the run's core_share_check.csv (its idle rows against the fit)")
+    second_prefill_for_md: bool = Field(
+        False, description="pdd: on the relay path MD's pull waits for a second prefill on P (a prefix hit "
+        "recomputing the prompt's last engine block), as the live PDD router asks P twice because vLLM's NIXL "
+        "frees P's blocks after the first read; that step also delays P's other prefills")
+
+    @model_validator(mode="after")
+    def _one_group_per_pool(self):
+        seen: dict[str, str] = {}
+        for group, roles in self.core_groups.items():
+            for role in roles:
+                if role in seen:
+                    raise ValueError(f"core_groups: the {role} pool is in both '{seen[role]}' and '{group}' "
+                                     "(a pool's instances share one core each)")
+                seen[role] = group
+        return self
+
+    def core_group_of(self, role: str) -> str | None:
+        """The core group the `role` pool is in, if any."""
+        return next((group for group, roles in self.core_groups.items() if role in roles), None)
 
 
 class LiveConfig(BaseModel):

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_serializer, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.errors import InputError, UserError
 from pddbench.loading import is_stdin, load_yaml, load_yaml_value, read_text
 from pddbench.shipped import resolve_scenario, shipped_scenario_names
-from pddbench.runtime_config import LatencyConfig, LiveConfig
+from pddbench.runtime_config import LatencyConfig, LiveConfig, TwinCalibration
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
@@ -134,10 +134,6 @@ class Pool(_Strict):
     kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
     prefix_cache: bool = True
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
-    core_group: str | None = Field(
-        None, description="simulator, decode pools: pools with the same core_group share compute; instance i of each "
-        "runs on the same core, and its busy instances divide it (as the OS time-slices engines pinned to one CPU "
-        "core: live PDD's RLD and MD; see deployment.core_shared_step_factor)")
 
 
 DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"]
@@ -163,32 +159,14 @@ class Deployment(_Strict):
         16, ge=0, le=1_000_000, description="simulator: a decode instance (D or MD) may hold this many more sequences "
         "than the least loaded one and still win a request on its prefix-cache match; 0 = least loaded only "
         "(default 16: measured on paper/same-dc-pd and paper/pdd, see pddbench/sim/cluster.py)")
-    kv_pull_at_decode_step: bool = Field(
-        False, description="simulator: a decoder starts pulling a request's KV at the end of the step it is running "
-        "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
-        "On in the live twins; off in the paper scenarios, which assume the article's push-style transfer")
-    kv_pull_busy_extra_ms: float = Field(
-        0.0, ge=0, le=1e6, description="simulator: a KV pull into a decoder (D or MD) that is running a batch "
-        "arrives this much later (the receive shares the decoder's core with its steps); the live twins take it from "
-        "the run's kv_transfer_busy_check.csv (pddbench fidelity), 0 elsewhere")
-    core_shared_step_factor: float = Field(
-        2.0, ge=1, le=100, description="simulator, decode pools with a core_group: how many times longer a decoder's "
-        "step takes while one other decoder on its core is busy (running a batch or receiving a KV pull); k busy: "
-        "1 + (factor - 1)(k - 1). 2 = fair time-slicing; the PDD twin takes it from the run's core_share_check.csv")
-    relay_step_factor: float = Field(
-        1.0, gt=0, le=100, description="simulator, pdd: the relay's decode steps take this many times the relay "
-        "pool's latency model says; the PDD twin, whose step times are fitted to MD, takes the relay's own measured "
-        "pace from the run's core_share_check.csv (its idle rows against the fit)")
-    kv_pull_relay_busy_extra_ms: float = Field(
-        0.0, ge=0, le=1e6, description="simulator, pdd: as kv_pull_busy_extra_ms, for a pull into a relay (RLD) "
-        "that is running a batch; the PDD twin takes it from the busy check's rld_idle / rld_busy rows, 0 elsewhere")
-    second_prefill_for_md: bool = Field(
-        False, description="simulator, pdd: on the relay path MD's pull waits for a second prefill on P (a prefix "
-        "hit recomputing the prompt's last engine block), as the live PDD router asks P twice because vLLM's "
-        "NIXL frees P's blocks after the first read; that step also delays P's other prefills")
-
     def pools(self) -> dict[str, Pool]:
         return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
+
+    def relay_slots(self) -> int:
+        """How many requests the relay takes at once: the relay pool's max_batch_seqs, else the
+        schema's (the live PDD router's capacity; the simulator's twin gets the same)."""
+        return (self.relay.max_batch_seqs if self.relay is not None
+                else Pool.model_fields["max_batch_seqs"].default)
 
 
 class Network(_Strict):
@@ -237,7 +215,19 @@ class Scenario(_Strict):
     network: Network = Field(default_factory=Network)
     policy: Policy = Field(default_factory=Policy)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    twin_calibration: TwinCalibration = Field(
+        default_factory=TwinCalibration, description="simulator: the twin of a live run (pddbench fidelity); "
+        "left out of a saved scenario.yaml unless set")
     live: LiveConfig = Field(default_factory=LiveConfig, description="runtime: live settings")
+
+    @model_serializer(mode="wrap")
+    def _calibration_only_when_set(self, handler):
+        # a scenario that never sets the twin's calibration does not list its defaults: they
+        # live in TwinCalibration alone, and a saved scenario.yaml shows only what was chosen
+        data = handler(self)
+        if "twin_calibration" not in self.model_fields_set and isinstance(data, dict):
+            data.pop("twin_calibration", None)
+        return data
 
     @model_validator(mode="after")
     def _runnable(self) -> "Scenario":
@@ -252,15 +242,15 @@ class Scenario(_Strict):
         for role, pool in d.pools().items():
             if pool.chip not in self.chips:
                 raise ValueError(f"deployment.{role}.chip '{pool.chip}' is not among chips {sorted(self.chips)}")
-        groups: dict[str, list[tuple[str, Pool]]] = {}
-        for role, pool in d.pools().items():
-            if pool.core_group is not None:
-                if role == "prefill":
-                    raise ValueError("deployment.prefill.core_group: only decode pools (decode, relay, main) share cores")
-                groups.setdefault(pool.core_group, []).append((role, pool))
-        for name, members in groups.items():
-            if len({pool.instances for _, pool in members}) > 1:
-                raise ValueError(f"core_group '{name}': pools " + ", ".join(f"{r} ({p.instances})" for r, p in members)
+        pools = d.pools()
+        for name, roles in self.twin_calibration.core_groups.items():
+            missing = [r for r in roles if r not in pools]
+            if missing:
+                raise ValueError(f"twin_calibration.core_groups.{name}: the {d.kind} deployment has no "
+                                 f"{' or '.join(missing)} pool (it has {', '.join(pools)})")
+            if len({pools[r].instances for r in roles}) > 1:
+                raise ValueError(f"twin_calibration.core_groups.{name}: pools "
+                                 + ", ".join(f"{r} ({pools[r].instances})" for r in roles)
                                  + " must have the same number of instances (instance i of each shares core i)")
         if self.model is None:
             raise ValueError("a simulated scenario needs a model")
@@ -392,6 +382,31 @@ def _numbers(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
         yield loc, f"is absurdly large ({node:g})"
 
 
+def _misplaced(data: dict) -> Iterator[tuple[tuple, str]]:
+    """(location, what to write instead) of every setting a scenario states where it no longer
+    lives or where its runtime would ignore it."""
+    d = data.get("deployment")
+    if isinstance(d, dict):
+        for key in d:
+            if key in TwinCalibration.model_fields:
+                yield ("deployment", key), (f"has moved to twin_calibration.{key} (the simulator's model of the live "
+                                            "engines is one section now): write it there")
+        groups: dict[str, list[str]] = {}
+        for role, pool in d.items():
+            if isinstance(pool, dict) and pool.get("core_group") is not None:
+                groups.setdefault(str(pool["core_group"]), []).append(role)
+        for role, pool in d.items():
+            if isinstance(pool, dict) and "core_group" in pool:
+                shared = ", ".join(f"{g}: [{', '.join(r)}]" for g, r in groups.items()) or "NAME: [relay, main]"
+                yield ("deployment", role, "core_group"), f"has moved: write twin_calibration.core_groups: {{{shared}}}"
+    if data.get("runtime") == "live":
+        if data.get("model") is not None:
+            yield ("model",), ("a live run takes its model from live.model_dir (unset: the tiny model) and its KV "
+                               "bytes per token from that model's config.json: remove the model block")
+        if "twin_calibration" in data:
+            yield ("twin_calibration",), "is the simulator's (the twin of a live run; fidelity measures it): remove it"
+
+
 def _refuse(layers: Layers, loc: tuple, msg: str, overrides: list[str]) -> InputError:
     field = ".".join(map(str, loc))
     if any(o.split("=", 1)[0] == field for o in overrides):
@@ -422,7 +437,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     data = apply_overrides(data, overrides)
     for section, key in (("workload", "trace"), ("latency", "calibration_csv")):
         _resolve_beside(data, section, key, path, overrides)
-    for loc, problem in _numbers(data):
+    for loc, problem in (*_numbers(data), *_misplaced(data)):
         raise _refuse(layers, loc, problem, overrides)
     try:
         return Scenario.model_validate(data)

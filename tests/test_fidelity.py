@@ -202,31 +202,152 @@ def test_a_repeat_folder_lists_its_repeats(tmp_path):
     assert live_runs(tmp_path) == [tmp_path / "repeat-0", tmp_path / "repeat-1"]
 
 
-def _fake_live_run(folder, scale, seed_shift=0.0, live="live/same-dc-pd", twin_name="sim-twin-same-dc-pd.yaml"):
-    """A live-looking run folder whose records are the twin's own, TTFT scaled by `scale` (no vLLM)."""
+CALIB = REPO / "scenarios" / "live" / "engine_calibration.example.csv"
+
+
+def _transfer_table(fixed_ms: float) -> str:
+    """A transfer calibration table: `fixed_ms` + 50 Mbit/s, 2 KB per token."""
+    return "tokens,kv_bytes,transfer_ms\n" + "".join(
+        f"{n},{n * 2048},{fixed_ms + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096))
+
+
+def _live_folder(folder, live="live/same-dc-pd", overrides=(), transfer_ms=None, summary=None):
+    """A live run folder's inputs to its twin, no vLLM: the live scenario as the run saves it, the
+    example step-time calibration, a P -> D transfer table when `transfer_ms`, summary.json."""
+    import json
     import shutil
 
     import yaml
 
+    from pddbench.scenario import load_scenario
+
+    folder.mkdir(parents=True)
+    live_sc = load_scenario(live, ["workload.synth.requests=60", *overrides])
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(live_sc.model_dump(mode="json"), sort_keys=False))
+    shutil.copy(CALIB, folder / "engine_calibration.csv")
+    if transfer_ms is not None:
+        (folder / "kv_transfer_calibration.csv").write_text(_transfer_table(transfer_ms))
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    return live_sc
+
+
+def _fake_live_run(folder, scale, seed_shift=0.0, live="live/same-dc-pd", transfer_ms=None):
+    """A live-looking run folder whose records are its twin's own, TTFT scaled by `scale` (no vLLM)."""
+    from pddbench.fidelity import build_twin
     from pddbench.records import write_records
     from pddbench.runner import simulate_summary
-    from pddbench.scenario import load_scenario
     from pddbench.workload.source import workload_requests
     from pddbench.workload.trace import write_trace
 
-    folder.mkdir(parents=True)
-    live_sc = load_scenario(live, ["workload.synth.requests=60"])
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(live_sc.model_dump(mode="json"), sort_keys=False))
+    live_sc = _live_folder(folder, live, transfer_ms=transfer_ms)
     reqs = workload_requests(live_sc)
     write_trace(folder / "trace.jsonl", reqs)
-    calib = REPO / "scenarios" / "live" / "engine_calibration.example.csv"
-    shutil.copy(calib, folder / "engine_calibration.csv")
-    twin = load_scenario(REPO / "scenarios" / "live" / twin_name,
-                         [f"latency.calibration_csv={calib}", "workload.synth.requests=60"])
-    rec, _ = simulate_summary(twin, reqs=reqs)
+    rec, _ = simulate_summary(build_twin(folder).scenario, reqs=reqs)
     rec["ttft_ms"] = rec["ttft_ms"] * scale + seed_shift
     rec["first_token_ms"] = rec["arrival_ms"] + rec["ttft_ms"]
     write_records(folder / "records.parquet", rec)
+
+
+def test_twin_takes_the_live_runs_own_policy_sla_blocks_and_kv_geometry(tmp_path):
+    """A live catch-up PDD run gets a catch-up twin: the twin is built from the run's scenario.yaml
+    (and its summary's KV bytes per token), not from a hand-copied policy."""
+    from pddbench.fidelity import build_twin
+    from pddbench.scenario import load_scenario
+
+    run = tmp_path / "catch-up"
+    live_sc = _live_folder(run, "live/pdd-catch-up", ["sla.ttft_ms=1234", "deployment.kv_block_tokens=64",
+                                                      "deployment.relay.max_batch_seqs=5", "workload.block_size=256"],
+                           transfer_ms=100, summary={"kv_bytes_per_token": 4096})
+    twin = build_twin(run)
+    sc = twin.scenario
+    assert sc.runtime == "sim" and sc.deployment.kind == "pdd"
+    assert sc.policy.handoff_mode == "catch_up" and live_sc.policy.handoff_mode == "catch_up"
+    assert (sc.policy.catch_up_threshold_tokens, sc.policy.catch_up_batch_tokens) == (16, 8)  # live/pdd.yaml's
+    assert sc.policy.singular_min_input_tokens == 4096
+    assert not sc.policy.relay_finish_stops_wan_kv  # vLLM cannot stop MD's pull: it drains
+    assert sc.sla == live_sc.sla and sc.sla.ttft_ms == 1234
+    assert (sc.deployment.kv_block_tokens, sc.deployment.relay.max_batch_seqs, sc.workload.block_size) == (64, 5, 256)
+    assert sc.model.kv_bytes_per_token == 4096 and twin.from_live["model.kv_bytes_per_token"] == 4096
+    # the simulator-only half stays the twin file's; the measurements are the run's
+    cal = sc.twin_calibration
+    assert cal.core_groups == {"decoders": ["relay", "main"]} and cal.second_prefill_for_md
+    assert sc.latency.calibration_csv == str((run / "engine_calibration.csv").resolve())
+    assert sc.network.wan.sharing == "fifo" and twin.link["measured_delay_ms"] == pytest.approx(100)
+    # an adaptive run of the same deployment gets an adaptive twin from the same file
+    adaptive = tmp_path / "adaptive"
+    _live_folder(adaptive, "live/pdd", transfer_ms=100)
+    assert build_twin(adaptive).scenario.policy.handoff_mode == "adaptive"
+    # a run made before the summary kept the KV bytes per token: the twin file's model states it
+    assert "model.kv_bytes_per_token" not in build_twin(adaptive).from_live
+    file_kv = load_scenario("live/sim-twin-pdd").model.kv_bytes_per_token
+    assert build_twin(adaptive).scenario.model.kv_bytes_per_token == file_kv
+    # --twin is an explicit override: taken as it is, with the run's measurements only
+    explicit = build_twin(run, REPO / "scenarios" / "live" / "sim-twin-pdd.yaml")
+    assert explicit.from_live == {} and explicit.scenario.policy.handoff_mode == "adaptive"
+    assert explicit.scenario.latency.calibration_csv == sc.latency.calibration_csv
+
+
+@pytest.mark.parametrize("value", ['"2048"', "0", "2048.5", "true"])
+def test_a_damaged_summary_kv_geometry_is_refused(tmp_path, value):
+    from pddbench.errors import UserError
+    from pddbench.fidelity import build_twin
+
+    run = tmp_path / "run"
+    _live_folder(run)
+    (run / "summary.json").write_text('{"kv_bytes_per_token": ' + value + "}")
+    with pytest.raises(UserError, match="kv_bytes_per_token"):
+        build_twin(run)
+
+
+def test_a_live_run_records_its_served_models_kv_geometry_and_the_twin_takes_it(tmp_path):
+    """kv_bytes_per_token, live: derived once from the served model's config.json, written to the
+    run's summary, read from there by the twin."""
+    import json
+
+    from pddbench.errors import InputError
+    from pddbench.fidelity import build_twin
+    from pddbench.live.live_summary import live_summary
+    from pddbench.live.tiny_model import kv_bytes_per_token
+    from pddbench.records import write_records
+    from pddbench.runner import simulate_summary
+    from pddbench.scenario import load_scenario
+
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256,
+              "dtype": "float32"}  # newer transformers write dtype, older torch_dtype
+    (model / "config.json").write_text(json.dumps(config))
+    assert kv_bytes_per_token(model) == 2 * 4 * 2 * 64 * 4
+    (model / "config.json").write_text(json.dumps({**config, "dtype": None, "torch_dtype": "bfloat16"}))
+    assert kv_bytes_per_token(model) == 2048  # the tiny model's, as sim-twin-same-dc-pd.yaml states it
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": 4}))
+    with pytest.raises(InputError, match="num_hidden_layers"):
+        kv_bytes_per_token(model)
+
+    run = tmp_path / "run"
+    live_sc = _live_folder(run)
+    (run / "replay").mkdir()
+    rec, _ = simulate_summary(load_scenario("live/sim-twin-same-dc-pd", ["workload.synth.requests=10"]))
+    write_records(run / "replay" / "records.parquet", rec)
+    (run / "replay" / "summary.json").write_text(json.dumps(
+        {"endpoint": "http://127.0.0.1:1", "schedule_lag_p99_ms": 0.0, "schedule_ok": True, "interrupted": False}))
+    summary = live_summary(live_sc, run, [], {}, None, str(model), 3000)
+    assert summary["kv_bytes_per_token"] == 3000
+    assert json.loads((run / "summary.json").read_text())["kv_bytes_per_token"] == 3000
+    assert build_twin(run).scenario.model.kv_bytes_per_token == 3000
+
+
+def test_shipped_twin_files_hold_only_what_is_simulator_only():
+    """The live contract (policy, SLA, KV block, relay capacity) comes from the live run, so the
+    twin files state none of it: nothing there to drift."""
+    import yaml
+
+    for path in (REPO / "scenarios" / "live").glob("sim-twin-*.yaml"):
+        data = yaml.safe_load(path.read_text())
+        assert not {"policy", "sla", "live"} & set(data), path
+        deployment = data.get("deployment", {})
+        assert "kv_block_tokens" not in deployment and "max_batch_seqs" not in (deployment.get("relay") or {}), path
 
 
 def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_path):
@@ -242,6 +363,12 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
         assert np.isclose(r["error_pct"], -20.0)  # sim = live / 1.25 on every request
         assert r["error_pct_ci"][0] <= r["error_pct"] <= r["error_pct_ci"][1]
     assert (tmp_path / "one" / "fid" / "fidelity_ttft.png").stat().st_size > 10_000
+    # the twin as it ran is saved, and runs again as it is
+    from pddbench.scenario import load_scenario
+
+    saved = load_scenario(tmp_path / "one" / "fid" / "twin_scenario.yaml")
+    assert saved.twin_calibration.kv_pull_at_decode_step and saved.deployment.kv_block_tokens == 128
+    assert res["twin_from_live_run"]["deployment.kv_block_tokens"] == 128
     assert "error_pct_ci_lo" in (tmp_path / "one" / "fid" / "fidelity.csv").read_text().splitlines()[0]
 
     reps = tmp_path / "reps"
@@ -250,6 +377,7 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
     (reps / "repeats.json").write_text(json.dumps({"runs": ["repeat-0", "repeat-1"]}))
     res = fidelity(reps, None, reps / "fid", n_boot=200)
     assert res["repeats"] == 2 and res["bootstrap"]["over"] == "repeats, then requests"
+    assert all((reps / "fid" / f"twin_scenario-repeat-{i}.yaml").is_file() for i in (0, 1))
     assert len(res["live_ttft_per_repeat"]) == 2 and res["requests_paired"] == 120
 
 
@@ -257,10 +385,7 @@ def test_pdd_twin_compares_the_request_mix(tmp_path):
     from pddbench.fidelity import fidelity
 
     run = tmp_path / "pdd"
-    _fake_live_run(run, 1.0, 0.0, "live/pdd", "sim-twin-pdd.yaml")
-    # P -> MD measured from dc-a: 100 ms + 50 Mbit/s
-    (run / "kv_transfer_calibration.csv").write_text("tokens,kv_bytes,transfer_ms\n" + "".join(
-        f"{n},{n * 2048},{100 + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096)))
+    _fake_live_run(run, 1.0, 0.0, "live/pdd", transfer_ms=100)  # P -> MD measured from dc-a: 100 ms + 50 Mbit/s
     res = fidelity(run, None, run / "fid", n_boot=100)
     assert res["twin_scenario"].endswith("sim-twin-pdd.yaml") and res["tpot"]
     link = res["kv_link_fitted"]
@@ -285,13 +410,10 @@ def test_pdd_twin_takes_the_measured_relay_pull(tmp_path):
     from pddbench.live.engine_calibration import RELAY_TRANSFER_CSV
 
     run = tmp_path / "pdd"
-    _fake_live_run(run, 1.0, 0.0, "live/pdd", "sim-twin-pdd.yaml")
-    table = lambda ms: "tokens,kv_bytes,transfer_ms\n" + "".join(
-        f"{n},{n * 2048},{ms + n * 2048 * 8 / 50e6 * 1e3:.3f}\n" for n in (128, 1024, 4096))
-    (run / "kv_transfer_calibration.csv").write_text(table(100))
+    _fake_live_run(run, 1.0, 0.0, "live/pdd", transfer_ms=100)
     before = fidelity(run, None, run / "fid0", n_boot=50)
     assert "relay" not in before["kv_link_fitted"]
-    (run / RELAY_TRANSFER_CSV).write_text(table(80))
+    (run / RELAY_TRANSFER_CSV).write_text(_transfer_table(80))
     after = fidelity(run, None, run / "fid1", n_boot=50)
     relay = after["kv_link_fitted"]["relay"]
     assert relay["measured_delay_ms"] == pytest.approx(80, abs=1e-6) and relay["delay_ms"] < 80

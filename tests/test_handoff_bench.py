@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from pddbench.live import handoff_wire
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 
 
@@ -34,7 +34,11 @@ def test_loopback_defaults_match_the_article_payloads(tmp_path):
     res = run_cli("handoff-bench", "--loopback", "--trials", "5", "--json", "--out", tmp_path / "hb", timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     s = json.loads(res.stdout)
-    assert s["kv_handoff"]["bytes"] == 100 * 47606 and round(s["kv_handoff"]["kib"]) == 4649
+    from pddbench.scenario import load_scenario
+
+    # the KV geometry is the default scenario's (paper/pdd), which the article's 4649 KiB implies
+    assert s["kv_handoff"]["bytes"] == 100 * load_scenario("paper/pdd").model.kv_bytes_per_token
+    assert round(s["kv_handoff"]["kib"]) == 4649
     assert s["token_handoff"]["bytes"] <= 1.5 * 1024
     for side in ("kv_handoff", "token_handoff"):
         lat = s[side]["latency_ms"]
@@ -44,6 +48,27 @@ def test_loopback_defaults_match_the_article_payloads(tmp_path):
     assert s["token_handoff"]["latency_ms"]["mean"] >= s["token_handoff"]["recompute_ms"]["mean"]
     for name in ("handoff_bench.json", "trials.csv", "handoff_latency_cdf.png"):
         assert (tmp_path / "hb" / name).is_file()
+
+
+def test_kv_geometry_is_the_scenarios_unless_the_option_overrides_it(tmp_path):
+    scenario = tmp_path / "small-kv.yaml"
+    scenario.write_text(f"extends: {REPO / 'scenarios' / 'paper' / 'pdd.yaml'}\nmodel:\n  kv_bytes_per_token: 1000\n")
+    common = ["handoff-bench", "--loopback", "--trials", "2", "--tokens", "4", "--json"]
+    res = run_cli(*common, "--scenario", scenario, "--out", tmp_path / "from-scenario", timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert s["kv_handoff"]["bytes"] == 4 * 1000
+    meta = json.loads((tmp_path / "from-scenario" / "handoff_bench.json").read_text())
+    assert meta["kv_bytes_per_token"] == 1000 and meta["kv_bytes_per_token_from"] == f"scenario {scenario}"
+    res = run_cli(*common, "--scenario", scenario, "--kv-bytes-per-token", "300", "--out", tmp_path / "opt",
+                  timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["kv_handoff"]["bytes"] == 4 * 300
+    # a live scenario states no KV geometry (its served model does): one line, exit 2, no folder
+    res = run_cli(*common, "--scenario", "live/pdd", "--out", tmp_path / "live", timeout=120)
+    said = [ln for ln in (res.stdout + res.stderr).splitlines() if "Warning" not in ln and "extension_of" not in ln]
+    assert res.returncode == 2 and len(said) == 1 and "--kv-bytes-per-token" in said[0], said
+    assert not (tmp_path / "live").exists()
 
 
 def test_results_root_holds_the_default_run_folder(tmp_path):

@@ -57,24 +57,105 @@ def test_apply_overrides_creates_nested():
     assert apply_overrides({}, ["a.b.c=[1, 2]", "a.d=x"]) == {"a": {"b": {"c": [1, 2]}, "d": "x"}}
 
 
-@pytest.mark.parametrize("pools, says", [
-    ("  prefill: {chip: A, instances: 1, core_group: c}\n  relay: {chip: A, instances: 1}\n"
-     "  main: {chip: A, instances: 1}\n", "only decode pools"),
-    ("  prefill: {chip: A, instances: 1}\n  relay: {chip: A, instances: 1, core_group: c}\n"
-     "  main: {chip: A, instances: 2, core_group: c}\n", "relay (1), main (2)"),
-])
-def test_core_groups_are_decode_pools_of_equal_size(tmp_path, pools, says):
-    text = BASE + """\
+PDD_POOLS = BASE + """\
+model: {name: m, params_total_b: 1, params_active_b: 1, layers: 1, hidden_size: 8, kv_bytes_per_token: 10}
 chips:
   A: {peak_tflops: 1000, memory_gb: 80, memory_bw_tbps: 3, interconnect_gbps: 900, price_per_hour: 2}
 deployment:
   kind: pdd
-""" + pools
+  prefill: {chip: A, instances: 1}
+  relay: {chip: A, instances: 1}
+  main: {chip: A, instances: 2}
+"""
+
+
+@pytest.mark.parametrize("groups, says", [
+    ("{c: [prefill]}", "'decode', 'relay' or 'main'"),  # only decoders share a core
+    ("{c: [relay, main]}", "relay (1), main (2)"),
+    ("{c: [decode, relay]}", "no decode pool"),
+    ("{a: [relay], b: [relay]}", "in both 'a' and 'b'"),
+])
+def test_core_groups_are_decode_pools_of_equal_size(tmp_path, groups, says):
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, PDD_POOLS + f"twin_calibration:\n  core_groups: {groups}\n"))
+    assert says in str(exc.value)
+    equal = PDD_POOLS.replace("main: {chip: A, instances: 2}", "main: {chip: A, instances: 1}")
+    sc = load_scenario(_write(tmp_path, equal + "twin_calibration:\n  core_groups: {c: [relay, main]}\n"))
+    assert sc.twin_calibration.core_group_of("main") == "c" and sc.twin_calibration.core_group_of("prefill") is None
+
+
+MOVED = ["kv_pull_at_decode_step: true", "kv_pull_busy_extra_ms: 3", "kv_pull_relay_busy_extra_ms: 3",
+         "core_shared_step_factor: 1.5", "relay_step_factor: 2", "second_prefill_for_md: true"]
+
+
+@pytest.mark.parametrize("line", MOVED)
+def test_calibration_keys_under_deployment_say_where_they_moved(tmp_path, line):
+    key = line.split(":")[0]
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, PDD_POOLS + f"  {line}\n"))
+    assert (exc.value.field, exc.value.line) == (f"deployment.{key}", 17)
+    assert f"moved to twin_calibration.{key}" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(InputError, match=f"twin_calibration.{key}.*from --set"):
+        load_scenario(_write(tmp_path, PDD_POOLS), [f"deployment.{line.replace(': ', '=')}"])
+    # where they live now, they load
+    moved = load_scenario(_write(tmp_path, PDD_POOLS), [f"twin_calibration.{line.replace(': ', '=')}"])
+    assert getattr(moved.twin_calibration, key) == load_scenario(
+        _write(tmp_path, PDD_POOLS + f"twin_calibration:\n  {line}\n")).twin_calibration.model_dump()[key]
+
+
+def test_a_pools_core_group_says_what_to_write(tmp_path):
+    text = PDD_POOLS.replace("main: {chip: A, instances: 2}", "main: {chip: A, instances: 1, core_group: cpu0}")
+    text = text.replace("relay: {chip: A, instances: 1}", "relay: {chip: A, instances: 1, core_group: cpu0}")
     with pytest.raises(InputError) as exc:
         load_scenario(_write(tmp_path, text))
-    assert says in str(exc.value)
-    with pytest.raises(InputError, match="needs a model"):  # without the groups the next check speaks
-        load_scenario(_write(tmp_path, text.replace("core_group: c", "core_group: null")))
+    assert exc.value.field == "deployment.relay.core_group" and exc.value.line == 15
+    assert "twin_calibration.core_groups: {cpu0: [relay, main]}" in str(exc.value)
+
+
+def test_an_old_scenario_file_is_one_line_and_exit_2(tmp_path):
+    from tests.conftest import run_cli
+
+    res = run_cli("run", _write(tmp_path, PDD_POOLS + "  kv_pull_busy_extra_ms: 3\n"), "--out", tmp_path / "out")
+    said = [ln for ln in (res.stdout + res.stderr).splitlines() if "Warning" not in ln and "extension_of" not in ln]
+    assert res.returncode == 2 and len(said) == 1 and "twin_calibration.kv_pull_busy_extra_ms" in said[0], said
+    assert not (tmp_path / "out").exists()
+
+
+def test_saved_scenario_lists_the_calibration_only_when_set(tmp_path):
+    import yaml
+
+    from pddbench.runtime_config import TwinCalibration
+    from pddbench.scenario import Scenario
+
+    plain = load_scenario("paper/pdd").model_dump(mode="json")
+    assert "twin_calibration" not in plain and "core_group" not in str(plain) and "kv_pull" not in str(plain)
+    set_one = load_scenario("paper/pdd", ["twin_calibration.kv_pull_busy_extra_ms=3"]).model_dump(mode="json")
+    assert set_one["twin_calibration"] == {**TwinCalibration().model_dump(mode="json"), "kv_pull_busy_extra_ms": 3.0}
+    # a saved scenario reads back as it was, with or without the section
+    for data in (plain, set_one):
+        again = Scenario.model_validate(yaml.safe_load(yaml.safe_dump(data))).model_dump(mode="json")
+        assert again == data
+
+
+def test_saved_run_scenario_has_no_calibration_section(tmp_path):
+    from tests.conftest import run_cli
+
+    res = run_cli("run", "paper/same-dc-pd", "--set", "workload.synth.requests=30", "--out", tmp_path / "run")
+    assert res.returncode == 0, res.stderr[-2000:]
+    saved = (tmp_path / "run" / "scenario.yaml").read_text()
+    assert "twin_calibration" not in saved and "core_group" not in saved and "kv_pull" not in saved
+    assert load_scenario(tmp_path / "run" / "scenario.yaml").twin_calibration.kv_pull_busy_extra_ms == 0.0
+
+
+@pytest.mark.parametrize("section, says", [
+    ("model: {name: m, params_total_b: 1, params_active_b: 1, layers: 1, hidden_size: 8, kv_bytes_per_token: 10}\n",
+     "config.json"),
+    ("twin_calibration: {relay_step_factor: 2}\n", "simulator's"),
+])
+def test_a_live_scenario_states_no_simulator_settings(tmp_path, section, says):
+    with pytest.raises(InputError) as exc:
+        load_scenario(_write(tmp_path, BASE + "runtime: live\ndeployment: {kind: pdd}\n" + section))
+    assert says in str(exc.value) and exc.value.field == section.split(":")[0] and exc.value.line == 11
 
 
 def test_unknown_chip_in_deployment(tmp_path):

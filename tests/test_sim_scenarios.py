@@ -178,7 +178,7 @@ def test_kv_pull_at_decode_step_waits_for_the_decoders_step_end(name):
     """With the pull as the decoder's own work, a request reaching a decoder mid-step starts its
     KV transfer at that step's end: a request reaching an idle decoder as before, some later."""
     at_once, _ = sim(name)
-    at_step, _ = sim(name, "deployment.kv_pull_at_decode_step=true")
+    at_step, _ = sim(name, "twin_calibration.kv_pull_at_decode_step=true")
     first = at_once["prefill_end_ms"].idxmin()
     assert at_step.loc[first, "ttft_ms"] == at_once.loc[first, "ttft_ms"]  # an idle decoder pulls at once
     ok = ~at_once["failed"] & ~at_step["failed"]
@@ -193,14 +193,14 @@ def test_second_prefill_for_md_costs_p_one_step_per_dual_path_request():
     starts after it; a singular flow, which never starts MD's pull, costs nothing."""
     fixed = "workload.fixed={requests: 12, input_tokens: 16384, output_tokens: 400, hit_rate: 0.0, rate_rps: 0.01}"
     one_rec, one = sim("pdd", "workload.source=fixed", fixed)
-    two_rec, two = sim("pdd", "workload.source=fixed", fixed, "deployment.second_prefill_for_md=true")
+    two_rec, two = sim("pdd", "workload.source=fixed", fixed, "twin_calibration.second_prefill_for_md=true")
     dual = (two_rec["pipeline"] == "p_rld_md") & ~two_rec["singular_flow"]
     assert dual.sum() > 0 and (one_rec["pipeline"] == two_rec["pipeline"]).all()
     assert two["instances"]["P0"]["steps"] == one["instances"]["P0"]["steps"] + dual.sum()
     assert (two_rec.loc[dual, "wan_kv_ms"] > one_rec.loc[dual, "wan_kv_ms"]).all()
     singular = fixed.replace("16384", "40000").replace("output_tokens: 400", "output_tokens: 4")
     one_rec, one = sim("pdd", "workload.source=fixed", singular)
-    two_rec, two = sim("pdd", "workload.source=fixed", singular, "deployment.second_prefill_for_md=true")
+    two_rec, two = sim("pdd", "workload.source=fixed", singular, "twin_calibration.second_prefill_for_md=true")
     assert two_rec["singular_flow"].all() and two["instances"]["P0"]["steps"] == one["instances"]["P0"]["steps"]
     assert two_rec["ttft_ms"].equals(one_rec["ttft_ms"])
 
@@ -209,7 +209,7 @@ def test_pull_into_a_busy_decoder_arrives_later():
     """kv_pull_busy_extra_ms: a pull into a D that is running a batch lands that much later; one
     into an idle D (the first request's) does not."""
     before, _ = sim("same-dc-pd")
-    after, _ = sim("same-dc-pd", "deployment.kv_pull_busy_extra_ms=50")
+    after, _ = sim("same-dc-pd", "twin_calibration.kv_pull_busy_extra_ms=50")
     first = before["prefill_end_ms"].idxmin()
     assert after.loc[first, "ttft_ms"] == before.loc[first, "ttft_ms"]
     ok = ~before["failed"] & ~after["failed"]
@@ -223,7 +223,7 @@ def test_pull_into_a_busy_relay_arrives_later():
     """kv_pull_relay_busy_extra_ms delays the P -> RLD pull of a relay that is decoding; the
     first relay-path request finds the relay idle and is not delayed."""
     before, _ = sim("pdd")
-    after, _ = sim("pdd", "deployment.kv_pull_relay_busy_extra_ms=50")
+    after, _ = sim("pdd", "twin_calibration.kv_pull_relay_busy_extra_ms=50")
     relay = before["pipeline"] != "p_md"
     assert relay.any() and (~relay).any()
     ok = ~before["failed"] & ~after["failed"]

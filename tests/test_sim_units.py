@@ -165,7 +165,7 @@ def test_relay_step_factor_scales_only_the_relays_decode_steps():
     from pddbench.sim.cluster import build_cluster
 
     pdd = Path(__file__).resolve().parent.parent / "scenarios" / "paper" / "pdd.yaml"
-    c = build_cluster(load_scenario(pdd, ["deployment.relay_step_factor=2.5"]), EventLoop())
+    c = build_cluster(load_scenario(pdd, ["twin_calibration.relay_step_factor=2.5"]), EventLoop())
     plain = build_cluster(load_scenario(pdd), EventLoop())
     assert c.relay[0].latency.decode_ms(4, 1000) == pytest.approx(2.5 * plain.relay[0].latency.decode_ms(4, 1000))
     assert c.relay[0].latency.prefill_ms(512, 1e5) == plain.relay[0].latency.prefill_ms(512, 1e5)

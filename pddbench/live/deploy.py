@@ -38,6 +38,7 @@ def run_live(sc, run_dir: Path) -> dict:
     cfg: LiveConfig = sc.live
     placement = PLACEMENTS[sc.deployment.kind]
     model_dir = _model_dir(cfg, run_dir)
+    kv_per_token = kv_bytes_per_token(model_dir)  # once, from the served model: the router, calibration, summary
     trace = run_dir / "trace.jsonl"
     reqs = workload_requests(sc)
     write_trace(trace, reqs)
@@ -47,7 +48,7 @@ def run_live(sc, run_dir: Path) -> dict:
     with (emulated_wan(sc.network.wan_profile()) if placement.cross_dc else nullcontext()), \
             EngineGroup(specs, logs) as group:
         before = group.metrics()  # before the front starts: its warm-up requests count
-        with request_front(sc, placement, specs, model_dir, run_dir, logs) as endpoint:
+        with request_front(sc, placement, specs, kv_per_token, run_dir, logs) as endpoint:
             replay_cfg, load, probe_counts = cfg, None, {}
             if cfg.load is not None:  # the rate from the capacity measured here, now
                 probe_before = group.metrics()
@@ -58,8 +59,8 @@ def run_live(sc, run_dir: Path) -> dict:
                        placement.client_netns, logs / "replay.log", sc.seed)
             # the replay's counters: the probe's requests are not the run's
             engine_metrics = {k: v - probe_counts.get(k, 0.0) for k, v in metric_deltas(before, group.metrics()).items()}
-            calibration = calibrate_after_replay(cfg, placement, specs, model_dir, run_dir, logs)
-    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, load=load)
+            calibration = calibrate_after_replay(cfg, placement, specs, kv_per_token, run_dir, logs)
+    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, kv_per_token, load=load)
 
 
 def probe_load(sc, reqs, endpoint: str, placement: Placement, run_dir: Path, logs: Path) -> dict:
@@ -98,13 +99,13 @@ def _model_dir(cfg: LiveConfig, run_dir: Path) -> str:
     return build_tiny_model_subprocess(run_dir / "model")
 
 
-def calibrate_after_replay(cfg: LiveConfig, placement: Placement, specs: list[EngineSpec], model_dir: str,
+def calibrate_after_replay(cfg: LiveConfig, placement: Placement, specs: list[EngineSpec], kv_per_token: int,
                            run_dir: Path, logs: Path) -> dict | None:
     """P's and the last decoder's step times (D; MD in pdd) and the P -> D/MD transfer (pdd: and
     P -> RLD) when the scenario asks; then, across datacenters,
     the emulated link's calibration, which is returned (None on one host)."""
     if cfg.calibrate_engine and placement.calibrated:
-        transfer = kv_bytes_per_token(model_dir) if len(specs) > 1 else 0  # one engine: no P -> D transfer
+        transfer = kv_per_token if len(specs) > 1 else 0  # one engine: no P -> D transfer
         relay = next((s.url for s in specs if s.name == "RLD"), None)
         run_engine_calibration(cfg, specs[0].url, specs[-1].url, transfer, run_dir, placement.client_netns,
                                logs / "engine_calibration.log", relay)
@@ -116,14 +117,14 @@ def calibrate_after_replay(cfg: LiveConfig, placement: Placement, specs: list[En
 
 
 @contextmanager
-def request_front(sc, placement: Placement, specs: list[EngineSpec], model_dir: str, run_dir: Path,
+def request_front(sc, placement: Placement, specs: list[EngineSpec], kv_per_token: int, run_dir: Path,
                   logs: Path) -> Iterator[str]:
     """Yield the URL the replay client sends to: the placement's front, running for the block
     (in dc-a across datacenters), or the one engine where there is no front."""
     if placement.front is None:
         yield specs[0].url
         return
-    module, args, log_name = FRONTS[placement.front](sc, specs, model_dir, run_dir)
+    module, args, log_name = FRONTS[placement.front](sc, specs, kv_per_token, run_dir)
     if sc.live.front_added_delay_ms:
         args = [*args, "--added-delay-ms", str(sc.live.front_added_delay_ms)]
     with running_front(module, args, placement.client_host, sc.live.port_base, placement.client_netns,
@@ -131,29 +132,28 @@ def request_front(sc, placement: Placement, specs: list[EngineSpec], model_dir: 
         yield url
 
 
-def pd_proxy_front(sc, specs: list[EngineSpec], model_dir: str, run_dir: Path) -> tuple[str, list[str], str]:
+def pd_proxy_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:
     return ("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url, "--warm-up-model", "tiny"],
             "proxy.log")
 
 
-def pdd_router_front(sc, specs: list[EngineSpec], model_dir: str, run_dir: Path) -> tuple[str, list[str], str]:
-    rcfg = router_config(sc, specs, kv_bytes_per_token(model_dir))
+def pdd_router_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:
+    rcfg = router_config(sc, specs, kv_per_token)
     write_json(run_dir / "router.json", rcfg.model_dump(mode="json"))
     return "pddbench.live.pdd_router", ["--config", rcfg.model_dump_json(), "--warm-up-model", "tiny"], "router.log"
 
 
-# Placement.front -> (scenario, engines, model_dir, run_dir) -> (module, its arguments, log file name)
+# Placement.front -> (scenario, engines, KV bytes per token, run_dir) -> (module, its arguments, log file name)
 FRONTS = {"pd_proxy": pd_proxy_front, "pdd_router": pdd_router_front}
 
 
-def router_config(sc, specs: list[EngineSpec], kv_bytes: int) -> RouterConfig:
+def router_config(sc, specs: list[EngineSpec], kv_per_token: int) -> RouterConfig:
     """The router's settings from the scenario: its policy block as is (the simulator reads the
     same), the relay's batch limit and the engines' KV block from its deployment, where stated,
     else the schema's defaults."""
     d = sc.deployment
-    relay = d.relay if d is not None else None
     return RouterConfig(
-        policy=sc.policy, prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_bytes,
+        policy=sc.policy, prefill=specs[0].url, relay=specs[1].url, main=specs[2].url, kv_bytes_per_token=kv_per_token,
         kv_block_tokens=d.kv_block_tokens if d is not None else Deployment.model_fields["kv_block_tokens"].default,
-        relay_slots=relay.max_batch_seqs if relay is not None else Pool.model_fields["max_batch_seqs"].default,
+        relay_slots=d.relay_slots() if d is not None else Pool.model_fields["max_batch_seqs"].default,
         wan=sc.network.wan_profile(), ttft_sla_ms=sc.sla.ttft_ms, min_relay_tokens=sc.live.min_relay_tokens)

@@ -43,7 +43,7 @@ def run_wire(tokens: int, kv_bytes_per_token: int, trials: int, seed: int, loopb
     if not loopback:
         src_ns, dst_ns, dst_host = DC_A.netns, DC_B.netns, DC_B.address
     port = free_port()
-    max_bytes = tokens * kv_bytes_per_token + 4096
+    max_bytes = tokens * kv_bytes_per_token + 4096  # the KV of `tokens` and a header
     sink = subprocess.Popen(_wire("serve", dst_host, port, dst_ns, ["--max-bytes", str(max_bytes)]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -80,7 +80,7 @@ def measure(host: str, port: int, tokens: int, kv_bytes_per_token: int, trials: 
     block_bytes = BLOCK_TOKENS * kv_bytes_per_token
     need = -(-tokens // BLOCK_TOKENS)
     pool = rng.integers(0, 256, size=(max(64, 4 * need), block_bytes), dtype=np.uint8)
-    kv_bytes = tokens * kv_bytes_per_token
+    kv_bytes_for_tokens = tokens * kv_bytes_per_token
     ids = rng.integers(16, 32000, size=tokens, dtype="<i4")
     rows = []
     with socket.create_connection((host, port), timeout=60) as sock:
@@ -88,7 +88,7 @@ def measure(host: str, port: int, tokens: int, kv_bytes_per_token: int, trials: 
         for trial in range(trials):
             blocks = rng.choice(len(pool), size=need, replace=False)
             t0 = time.monotonic()
-            buf = np.concatenate([pool[b] for b in blocks])[:kv_bytes]
+            buf = np.concatenate([pool[b] for b in blocks])[:kv_bytes_for_tokens]
             t1 = time.monotonic()
             send_message(sock, {"kind": "kv", "trial": trial, "tokens": tokens}, memoryview(buf))
             kv_arrived = read_ack(sock)
@@ -98,7 +98,7 @@ def measure(host: str, port: int, tokens: int, kv_bytes_per_token: int, trials: 
             ids_arrived = read_ack(sock)
             msg_bytes = _LEN.size + len(json.dumps({**head, "payload_bytes": ids.nbytes}).encode()) + ids.nbytes
             rows.append({"trial": trial, "kv_copy_ms": (t1 - t0) * 1e3, "kv_transfer_ms": (kv_arrived - t1) * 1e3,
-                         "kv_ms": (kv_arrived - t0) * 1e3, "kv_bytes": kv_bytes,
+                         "kv_ms": (kv_arrived - t0) * 1e3, "kv_bytes": kv_bytes_for_tokens,
                          "token_network_ms": (ids_arrived - t2) * 1e3, "token_bytes": msg_bytes})
             time.sleep(0.01)  # handoffs are spread out, not back to back
     return rows
@@ -111,12 +111,14 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--max-bytes", type=int, default=1 << 26)
     p.add_argument("--tokens", type=int, default=100)
-    p.add_argument("--kv-bytes-per-token", type=int, default=47606)
+    p.add_argument("--kv-bytes-per-token", type=int, help="measure: the KV geometry (the caller's scenario states it)")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     if a.role == "serve":
         serve(a.host, a.port, a.max_bytes)
+    elif a.kv_bytes_per_token is None:
+        p.error("measure needs --kv-bytes-per-token")
     else:
         print(json.dumps(measure(a.host, a.port, a.tokens, a.kv_bytes_per_token, a.trials, a.seed)))
 

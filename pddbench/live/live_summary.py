@@ -32,7 +32,7 @@ def _within(path: str, run_dir: Path) -> str:
 
 
 def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
-                 model_dir: str, load: dict | None = None) -> dict:
+                 model_dir: str, kv_bytes_per_token: int, load: dict | None = None) -> dict:
     """Move the replay's records to the run folder, summarise them and write summary.json (and
     calibration.json when the link was calibrated); a link outside its tolerance marks the run invalid."""
     kind = sc.deployment.kind
@@ -44,6 +44,8 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
     summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
     summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
                     "link_calibration": calibration, "model_dir": _within(model_dir, run_dir), "cost_per_hour": None,
+                    # the served model's, as the router and calibration used it (the simulator's twin takes it)
+                    "kv_bytes_per_token": kv_bytes_per_token,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
                                  "preload": [Path(lib).name for lib in e.preload_list()]} for e in specs],

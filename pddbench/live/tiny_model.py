@@ -45,8 +45,8 @@ def build_tiny_model(out: Path, hidden: int = 256, layers: int = 4, heads: int =
                       bos_token_id=1, eos_token_id=2, pad_token_id=3, torch_dtype="bfloat16", tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
-    kv_bytes = 2 * layers * kv_heads * (hidden // heads) * 2  # K and V, bf16
-    return {"path": str(out), "vocab": vocab, "special_tokens": len(SPECIAL), "kv_bytes_per_token": kv_bytes,
+    return {"path": str(out), "vocab": vocab, "special_tokens": len(SPECIAL),
+            "kv_bytes_per_token": kv_bytes_per_token(out),  # from the config.json just written, as a live run reads it
             "params": sum(p.numel() for p in model.parameters())}
 
 
@@ -66,11 +66,20 @@ def build_tiny_model_subprocess(out: Path) -> str:
 
 
 def kv_bytes_per_token(model_dir: str | Path) -> int:
-    """KV bytes one token takes in all layers (K and V), from a Llama-style config.json."""
-    import json
+    """KV bytes one token takes in all layers (K and V), from a Llama-style config.json: the one
+    source of a live run's KV geometry (the run derives it once and records it in its summary)."""
+    from pddbench.errors import InputError
+    from pddbench.loading import read_json
 
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(cfg.get("torch_dtype", "bfloat16")), 2)
-    return 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * dtype_bytes
+    path = Path(model_dir) / "config.json"
+    cfg = read_json(path, "model config")
+    try:
+        heads = cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+        dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")  # newer transformers write "dtype"
+        dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
+        return 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * dtype_bytes
+    except (AttributeError, KeyError, TypeError, ZeroDivisionError) as exc:
+        raise InputError(str(path), f"is not a Llama-style model config ({type(exc).__name__}: {exc}): the live "
+                         "run derives the KV bytes per token from num_hidden_layers, num_attention_heads, "
+                         "num_key_value_heads and hidden_size or head_dim") from None

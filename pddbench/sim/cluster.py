@@ -76,7 +76,7 @@ class Cluster:
     wan: Link
     # how many more sequences than the least loaded decoder an instance may hold and still win a
     # request on its cache match (deployment.decode_routing_slack_seqs)
-    decode_slack: int = 16
+    decode_slack: int
 
     def pick_prefill(self, hash_ids: list[int], input_tokens: int) -> tuple[int, int]:
         """Least work first, counting cache hits: queued tokens + this request's uncached part.
@@ -145,14 +145,14 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
     relay = decoders(d.relay, "relay", "RLD") if d.kind == "pdd" else []
     for r in relay:
         r.cache = None  # the relay keeps no prefix cache: it gets every prompt's KV over RDMA
-        if d.relay_step_factor != 1.0:
-            r.latency = ScaledDecode(r.latency, d.relay_step_factor)
+        if sc.twin_calibration.relay_step_factor != 1.0:
+            r.latency = ScaledDecode(r.latency, sc.twin_calibration.relay_step_factor)
     pools = {"decode": decode, "main": decode, "relay": relay}
     shares: dict[tuple[str, int], CoreShare] = {}
     for role, pool in d.pools().items():
-        if pool.core_group is not None and role in pools:
+        if (group := sc.twin_calibration.core_group_of(role)) is not None and role in pools:
             for i, inst in enumerate(pools[role]):
-                inst.core = shares.setdefault((pool.core_group, i), CoreShare(d.core_shared_step_factor))
+                inst.core = shares.setdefault((group, i), CoreShare(sc.twin_calibration.core_shared_step_factor))
                 inst.core.members.append(inst)
     wan = Link(loop, sc.network.wan_profile(), "wan", sc.network.wan_lines)
     return Cluster(loop, prefill, rdma, decode, relay, wan, d.decode_routing_slack_seqs)

@@ -44,7 +44,7 @@ class CoreShare:
     way keeps its pace)."""
     __slots__ = ("members", "step_factor")
 
-    def __init__(self, step_factor: float = 2.0) -> None:
+    def __init__(self, step_factor: float) -> None:
         self.members: list["DecodeInstance"] = []
         self.step_factor = step_factor
 

@@ -22,15 +22,15 @@ class Deployment:
     def __init__(self, sc: Scenario, cluster: Cluster):
         self.sc, self.c, self.loop = sc, cluster, cluster.loop
         assert sc.model is not None and sc.deployment is not None
-        self.kv_bytes = sc.model.kv_bytes_per_token
+        self.kv_bytes_per_token = sc.model.kv_bytes_per_token
         self.kv_block_tokens = sc.deployment.kv_block_tokens
         self.kind = sc.deployment.kind
-        self.pull_at_step = sc.deployment.kv_pull_at_decode_step
-        self.busy_extra_ms = sc.deployment.kv_pull_busy_extra_ms
-        self.relay_busy_extra_ms = sc.deployment.kv_pull_relay_busy_extra_ms
+        self.pull_at_step = sc.twin_calibration.kv_pull_at_decode_step
+        self.busy_extra_ms = sc.twin_calibration.kv_pull_busy_extra_ms
+        self.relay_busy_extra_ms = sc.twin_calibration.kv_pull_relay_busy_extra_ms
 
     def transfer_bytes(self, tokens: int) -> int:
-        return policy.kv_transfer_bytes(tokens, self.kv_bytes, self.kv_block_tokens)
+        return policy.kv_transfer_bytes(tokens, self.kv_bytes_per_token, self.kv_block_tokens)
 
     def when_decoder_pulls(self, into: DecodeInstance, start, *args) -> None:
         """Call start(*args) when `into` would begin a pull: at once, or with
@@ -120,7 +120,7 @@ class PDD(Deployment):
             req.decode_cached_tokens = 0
         else:
             req.wan_kv_bytes = wan_bytes
-            if self.sc.deployment.second_prefill_for_md:
+            if self.sc.twin_calibration.second_prefill_for_md:
                 # MD's own lease: P recomputes the prompt's last engine block (vLLM always computes
                 # at least the last token, and caches whole blocks only)
                 tail = req.input_tokens - (req.input_tokens - 1) // self.kv_block_tokens * self.kv_block_tokens

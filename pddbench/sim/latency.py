@@ -53,7 +53,7 @@ class LatencyModel(Protocol):
 @dataclass(frozen=True)
 class ScaledDecode:
     """Another model's steps with decode `factor` times as long: an engine measured to decode at
-    its own pace (the PDD twin's relay, deployment.relay_step_factor)."""
+    its own pace (the PDD twin's relay, twin_calibration.relay_step_factor)."""
     inner: LatencyModel
     factor: float
 

@@ -56,7 +56,7 @@ class Router:
         self.draining: set[asyncio.Task] = set()  # MD pulls left to finish after their relay did
         self.session: aiohttp.ClientSession | None = None
 
-    def kv_bytes(self, tokens: int) -> int:
+    def kv_bytes_for_tokens(self, tokens: int) -> int:
         return policy.kv_transfer_bytes(tokens, self.cfg.kv_bytes_per_token, self.cfg.kv_block_tokens)
 
     async def prefill(self, body: dict) -> tuple[dict, int]:
@@ -85,7 +85,8 @@ class Router:
         hashes = block_hashes(prompt, cfg.kv_block_tokens)
         trip.decode_cached_tokens = min(len(prompt), self.md_cache.match(hashes) * cfg.kv_block_tokens)
         uncached = len(prompt) - trip.decode_cached_tokens
-        job = Job(body, up, int(body.get("max_tokens") or 16), hashes, uncached, self.kv_bytes(uncached), kv, sink, trip)
+        job = Job(body, up, int(body.get("max_tokens") or 16), hashes, uncached, self.kv_bytes_for_tokens(uncached),
+                  kv, sink, trip)
         trip.pipeline = force_pipeline or policy.choose_pipeline(
             predicted_wan_kv_ms=self.wan.predict_ms(job.wan_bytes), ttft_sla_ms=cfg.ttft_sla_ms,
             budget_fraction=self.pol.relay_ttft_budget_fraction, relay_only_ablation=self.pol.relay_only_pipeline,
@@ -110,7 +111,7 @@ class Router:
     async def _relay_path(self, job: Job) -> None:
         """P -> RLD (-> MD): the relay decodes at once; MD takes over when its KV has arrived."""
         trip = job.trip
-        trip.rdma_kv_bytes = self.kv_bytes(len(job.prompt))  # no cache on RLD
+        trip.rdma_kv_bytes = self.kv_bytes_for_tokens(len(job.prompt))  # no cache on RLD
         trip.singular_flow = trip.pipeline == "p_rld_md" and self.pol.singular_filter and policy.is_singular_flow(
             input_tokens=len(job.prompt), uncached_tokens=job.uncached, max_output_tokens=job.n_out,
             min_input_tokens=self.pol.singular_min_input_tokens, max_output=self.pol.singular_max_output_tokens)
