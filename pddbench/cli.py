@@ -482,14 +482,20 @@ def gate_cmd(
                                            "metrics are appended to (gate_history.parquet)."),
     allow_different_hardware: bool = typer.Option(False, "--allow-different-hardware",
                                                   help="Compare live runs from different CPUs anyway."),
+    allow_different_scenario: bool = typer.Option(False, "--allow-different-scenario",
+                                                  help="Compare a candidate of another scenario (or a sweep with "
+                                                  "other axes or points) anyway; refused otherwise."),
 ) -> None:
     """Performance gate: exact for simulator results (identical records pass; moved metrics are
     judged by the rules), statistical for live repeats (bootstrap intervals of the difference).
-    Exit 0 when every rule holds, 1 on a regression, 2 on bad input."""
+    Exit 0 when every rule holds on finite values, 1 on a measured regression, 2 on bad input (a
+    ruled metric missing or not a finite number on either side, a rule naming no known metric,
+    another scenario, an unusable output place)."""
     from pddbench.gate.gate import gate
 
     res = gate(candidate, baseline, rules, markdown=markdown, junit=junit, json_out=json_out,
-               update_baseline=update_baseline, history_dir=history, allow_different_hardware=allow_different_hardware)
+               update_baseline=update_baseline, history_dir=history, allow_different_hardware=allow_different_hardware,
+               allow_different_scenario=allow_different_scenario)
     from pddbench.gate.report import markdown as to_markdown
 
     print(to_markdown([res]))
@@ -504,7 +510,9 @@ def history_cmd(
     history: Path = typer.Option(Path("results/history"), "--history", help="Folder holding gate_history.parquet."),
 ) -> None:
     """Draw each gated metric over time with its baseline and tolerance band (PNG per metric)."""
-    from pddbench.gate.history import plot_history
+    from pddbench.gate.history import check_figure_folder, plot_history
+
+    check_figure_folder(out)  # before reading and drawing: a file or a place under one is one line
 
     for path in plot_history(history, metric or None, out):
         console.print(f"[green]wrote[/] {path}")

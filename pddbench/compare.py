@@ -64,14 +64,53 @@ def load_records(folder: Path) -> pd.DataFrame:
     return records
 
 
+# the summary values the rows and the figure titles read: each must be a finite number or null (no
+# value); a string, boolean, mapping or non-finite number is refused (a "123" would otherwise be
+# compared as a number, and a changed one reported as a +273 % change)
+NUMBERS = ("requests_completed", "requests_failed", "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99", "ttft_ms.mean",
+           "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99", "slo_attainment", "goodput_rps", "wan_kv_bytes",
+           "wan_kv_bytes_saved", "aborted_transfers", "relay_token_share", "handoff_stall_ms.p99",
+           "handoff_stall_ms.max", "relay_busy_ms.mean", "p_hit_rate", "decode_hit_rate", "cost_per_hour")
+OPTIONAL_NUMBERS = ("output_tokens_per_s", "offered_rps", "sla.percentile", "sla.ttft_ms", "sla.tpot_ms")
+
+
+def _check_numbers(summary: dict, folder: Path) -> None:
+    """Every value compare reads is a finite number or null; one line naming the run folder and metric."""
+    from pddbench.gate.inputs import why_not_number  # the gate's test: one definition of "a finite number"
+
+    where = str(folder / "summary.json")
+    for name in NUMBERS + OPTIONAL_NUMBERS:
+        node, found = summary, True
+        for part in name.split("."):
+            if not isinstance(node, dict) or part not in node:
+                found = False
+                break
+            node = node[part]
+        if not found:
+            if name in NUMBERS:
+                raise InputError(where, "is missing; compare needs it (not a pddbench summary, or from another "
+                                 "version)", field=name)
+            continue
+        why = why_not_number(node)
+        if why is not None:
+            raise InputError(where, f"is {why}; compare needs a finite number (or null)", field=name)
+    if summary.get("sla") is not None and not isinstance(summary["sla"], dict):
+        raise InputError(where, "must be a mapping", field="sla")
+
+
 def _row_values(summary: dict, folder: Path) -> dict:
+    import math
+
     values = {}
     for name, fn in ROWS:
         try:
-            values[name] = fn(summary)
-        except (KeyError, TypeError):
+            value = fn(summary)
+        except (KeyError, TypeError, OverflowError):
             raise InputError(str(folder / "summary.json"), f"lacks what '{name}' needs (not a pddbench summary, "
                              "or from another version)") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(str(folder / "summary.json"), f"gives '{name}' = {value} (not finite)")
+        values[name] = value
     return values
 
 
@@ -90,6 +129,7 @@ def load_runs(folders: list[Path], warn: Callable[[str], None] = lambda _m: None
     runs, seen = [], set()
     for f in folders:
         s, r = load_run(f)
+        _check_numbers(s, f)
         _row_values(s, f)  # a summary that lacks a row's figures is refused before anything is written
         _comparable(s, f, warn)
         label = str(s.get("scenario", f.name)) + (" (interrupted)" if s.get("interrupted") else "")

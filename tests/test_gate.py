@@ -316,3 +316,266 @@ def test_nightly_bench_names_the_cpus_of_baseline_and_run(tmp_path):
     assert bench_cpus(base, store) == ["AMD EPYC", "AMD EPYC"]
     (store / "Linux-CPython-3.11-64bit" / "0002_run.json").write_text("{not json")
     assert bench_cpus(base, store) == ["AMD EPYC"]
+
+
+# --- fails closed: what the gate cannot judge is bad input (exit 2), never a pass ----------------
+
+def edited_run(src, dst, summary):
+    """A copy of run folder `src` (its gate inputs: summary.json, records.parquet) with summary.json
+    replaced: a dict is written as JSON, a str as it is (to plant what json.dumps cannot write:
+    1e999, a 400-digit integer, a duplicate key)."""
+    dst.mkdir(parents=True)
+    shutil.copyfile(src / "records.parquet", dst / "records.parquet")
+    (dst / "summary.json").write_text(summary if isinstance(summary, str) else json.dumps(summary))
+    return dst
+
+
+def _planted(summary: dict, dotted: str, raw: str) -> str:
+    """summary.json text with the value at `dotted` replaced by the JSON text `raw` (MISSING: removed)."""
+    doc = json.loads(json.dumps(summary))
+    node = doc
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    if raw == "MISSING":
+        del node[leaf]
+        return json.dumps(doc)
+    node[leaf] = "@planted@"
+    return json.dumps(doc).replace('"@planted@"', raw)
+
+
+NOT_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1" + "0" * 400, '"1985.0"', '"fast"', "true",
+               "false", '{"p90": 1}', "[1, 2]", "null", "MISSING"]
+
+
+def _code(*args):
+    from tests.inprocess import cli
+
+    return cli(*map(str, args))
+
+
+def test_ruled_metric_that_is_not_a_finite_number_is_bad_input_on_either_side(sim_runs, tmp_path):
+    """The tester's case: the candidate's TTFT p90 doubled while the baseline's (or its own) is
+    not a number: exit 2 naming the file and the metric, never 'moved (no rule)' or 'better'."""
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    doubled = json.loads(json.dumps(summary))
+    doubled["ttft_ms"]["p90"] *= 2
+    assert _code("gate", edited_run(sim_runs / "a", tmp_path / "slow", doubled), "--baseline", sim_runs / "a",
+                 "--history", tmp_path / "h").code == 1
+    n = 0
+    for raw in NOT_NUMBERS:
+        for side in ("candidate", "baseline"):
+            n += 1
+            bad = edited_run(sim_runs / "a", tmp_path / f"bad{n}", _planted(summary, "ttft_ms.p90", raw))
+            good = edited_run(sim_runs / "a", tmp_path / f"good{n}", doubled)
+            cand, base = (bad, good) if side == "candidate" else (good, bad)
+            res = _code("gate", cand, "--baseline", base, "--history", tmp_path / "h")
+            assert res.code == 2 and res.one_line, (raw, side, res.code, res.err, res.out[-300:])
+            assert str(bad / "summary.json") in res.err and "ttft_ms.p90" in res.err, (raw, side, res.err)
+    assert n == 28
+
+
+def test_a_number_that_overflows_anywhere_in_a_summary_is_one_line(sim_runs, tmp_path):
+    """1e999 and a 400-digit integer in a metric no rule names: one line, exit 2, no traceback."""
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    for i, raw in enumerate(("1e999", "1" + "0" * 400, "-1e999")):
+        bad = edited_run(sim_runs / "a", tmp_path / f"b{i}", _planted(summary, "kv_wait_ms.p50", raw))
+        res = _code("gate", bad, "--baseline", sim_runs / "a", "--history", tmp_path / "h")
+        assert res.code == 2 and res.one_line and "kv_wait_ms.p50" in res.err, res.err
+
+
+def test_nullable_rule_null_on_both_sides_is_na_and_on_one_side_a_regression(sim_runs, tmp_path):
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    none = json.loads(json.dumps(summary))
+    none["handoff_stall_ms"] = {k: None for k in summary["handoff_stall_ms"]}
+    a = edited_run(sim_runs / "a", tmp_path / "a", none)
+    b = edited_run(sim_runs / "a", tmp_path / "b", none)
+    res = _code("gate", b, "--baseline", a, "--history", tmp_path / "h", "--json", tmp_path / "g.json")
+    assert res.code == 0, res.err
+    row = next(r for r in json.loads((tmp_path / "g.json").read_text())["rows"] if r["metric"] == "handoff_stall_ms.p90")
+    assert row["status"] == "n/a"
+    res = _code("gate", sim_runs / "a", "--baseline", a, "--history", tmp_path / "h")  # stalls appeared
+    assert res.code == 1 and "handoff_stall_ms.p90" in res.out
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("rules:\n  handoff_stall_ms.p90: {worse: up, rel: 10%}\n")  # not nullable: null is bad input
+    res = _code("gate", b, "--baseline", a, "--rules", strict, "--history", tmp_path / "h")
+    assert res.code == 2 and "null" in res.err and "handoff_stall_ms.p90" in res.err, res.err
+
+
+def test_rules_naming_no_known_metric_are_refused(sim_runs, tmp_path):
+    cases = {"rules:\n  ttft_ms.p91: {worse: up, rel: 5%}\n": ["ttft_ms.p91", "known metrics include"],
+             "rules:\n  ttft_ms: {worse: up, rel: 5%}\n": ["ttft_ms", "mapping"],
+             "rules:\n  seed: {worse: up}\n  nonsense: {worse: up}\n": ["seed", "nonsense", "known metrics include"],
+             "rules:\n  deployment: {worse: up}\n": ["deployment", "string"],
+             "rules:\n  throughput_within_sla_rps: {worse: down, rel: 3%, for: [capacity]}\n": ["no rule applies"]}
+    for i, (text, words) in enumerate(cases.items()):
+        rules = tmp_path / f"r{i}.yaml"
+        rules.write_text(text)
+        res = _code("gate", sim_runs / "b", "--baseline", sim_runs / "a", "--rules", rules, "--history", tmp_path / "h")
+        assert res.code == 2 and res.one_line, (text, res.code, res.err)
+        assert all(w in res.err for w in words), (text, res.err)
+
+
+def test_rules_tolerances_and_settings_are_validated(tmp_path):
+    bad = ["rel: .nan", "rel: .inf", "rel: -.inf", "abs: -1", "abs: .nan", "abs: .inf", "rel: '-5%'", "rel: 'nan%'",
+           "rel: 'inf'", "abs: true", "abs: '5'", "rel: 1" + "0" * 400, "live: {abs: -1}", "live: {rel: .nan}",
+           "for: [runs]", "for: []", "nullable: 'yes'"]
+    for i, extra in enumerate(bad):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(f"rules:\n  ttft_ms.p90: {{worse: up, {extra}}}\n")
+        with pytest.raises(UserError, match="ttft_ms.p90"):
+            load_rules(path)
+    top = ["confidence: 1", "confidence: .nan", "confidence: true", "bootstrap: true", "bootstrap: 99",
+           "bootstrap: 1000000000", "seed: -1", "seed: true", "seed: 1.5"]
+    for i, extra in enumerate(top):
+        path = tmp_path / f"t{i}.yaml"
+        path.write_text(f"{extra}\nrules:\n  ttft_ms.p90: {{worse: up}}\n")
+        with pytest.raises(UserError, match=extra.split(":")[0]):
+            load_rules(path)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("rules:\n  ttft_ms.p90: {worse: up, rel: 5%}\n  ttft_ms.p90: {worse: up, rel: 500%}\n")
+    with pytest.raises(UserError, match="duplicate key"):
+        load_rules(dup)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("rules:\n  ttft_ms.p90: {worse: up, rel: 0, abs: 0.0, live: {rel: 0%}, for: run, nullable: false}\n")
+    assert load_rules(ok).rules["ttft_ms.p90"].kinds == ("run",)
+
+
+def test_duplicate_keys_in_any_input_are_refused(sim_runs, base_records, tmp_path):
+    text = (sim_runs / "a" / "summary.json").read_text()
+    dup = text.replace('"ttft_ms": {', '"ttft_ms": {"p90": 1.0, ', 1)
+    assert dup != text
+    cand = edited_run(sim_runs / "a", tmp_path / "dup", dup)
+    res = _code("gate", cand, "--baseline", sim_runs / "a", "--history", tmp_path / "h")
+    assert res.code == 2 and "duplicate key" in res.err and "summary.json" in res.err, res.err
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "capacity.json").write_text('{"scenario": "pdd", "throughput_within_sla_rps": 2.0, "bcr": 0.1, '
+                                       '"throughput_within_sla_rps": 9.0}')
+    res = _code("gate", cap, "--baseline", cap, "--history", tmp_path / "h")
+    assert res.code == 2 and "duplicate key" in res.err and "capacity.json" in res.err, res.err
+    live = _live_repeats(tmp_path / "live", base_records, seed=1, k=2)
+    (live / "repeats.json").write_text('{"runs": ["repeat-0"], "runs": ["repeat-0", "repeat-1"]}')
+    res = _code("gate", live, "--baseline", live, "--history", tmp_path / "h")
+    assert res.code == 2 and "duplicate key" in res.err and "repeats.json" in res.err, res.err
+    sweep = _sweep(tmp_path / "sw", [_point(1)])
+    (sweep / "sweep.json").write_text('{"state": "complete", "sweep": {"name": "s", "axes": {"x": [1]}}, '
+                                      '"state": "running"}')
+    res = _code("gate", sweep, "--baseline", sweep, "--history", tmp_path / "h")
+    assert res.code == 2 and "duplicate key" in res.err and "sweep.json" in res.err, res.err
+
+
+def test_another_scenario_is_refused_unless_allowed(sim_runs, tmp_path):
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    other = edited_run(sim_runs / "a", tmp_path / "other", {**summary, "scenario": "cross-dc-pd"})
+    res = _code("gate", other, "--baseline", sim_runs / "a", "--history", tmp_path / "h")
+    assert res.code == 2 and res.one_line and "cross-dc-pd" in res.err and "--allow-different-scenario" in res.err
+    res = _code("gate", other, "--baseline", sim_runs / "a", "--history", tmp_path / "h", "--allow-different-scenario",
+                "--json", tmp_path / "g.json")
+    assert res.code == 0, res.err
+    assert any("cross-dc-pd" in n for n in json.loads((tmp_path / "g.json").read_text())["notes"])
+    for name, scenario in (("a", "pdd"), ("b", "same-dc-pd")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "capacity.json").write_text(json.dumps(
+            {"scenario": scenario, "throughput_within_sla_rps": 2.0, "bcr": 0.1}))
+    res = _code("gate", tmp_path / "b", "--baseline", tmp_path / "a", "--history", tmp_path / "h")
+    assert res.code == 2 and "same-dc-pd" in res.err, res.err
+
+
+def _point(x, status="ok", **metrics):
+    return {"point": x, "repeat": 0, "seed": 0, "key": f"k{x}", "x": x, "status": status, "error": "",
+            "requests_total": 10, "slo_attainment": 0.9, **metrics}
+
+
+def _sweep(folder, rows, axes=("x",), state="complete", name="s"):
+    import pandas as pd
+
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"state": state, "sweep": {"name": name, "axes": {a: [] for a in axes}}}))
+    pd.DataFrame(rows).to_parquet(folder / "points.parquet", index=False)
+    return folder
+
+
+def test_sweeps_of_other_axes_or_points_or_bad_cells_are_refused(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  slo_attainment: {worse: down, abs: 0.01}\n  point_failed: {worse: up, abs: 0, for: sweep}\n")
+    base = _sweep(tmp_path / "base", [_point(1), _point(2)])
+
+    def gate_(cand, *extra):
+        return _code("gate", cand, "--baseline", base, "--rules", rules, "--history", tmp_path / "h", *extra)
+    assert gate_(_sweep(tmp_path / "same", [_point(1), _point(2)])).code == 0
+    refused = {"other axes": _sweep(tmp_path / "axes", [{**_point(1), "y": 1}, {**_point(2), "y": 1}], axes=("x", "y")),
+               "baseline only": _sweep(tmp_path / "fewer", [_point(1)]),
+               "candidate only": _sweep(tmp_path / "more", [_point(1), _point(2), _point(3)]),
+               "'s2'": _sweep(tmp_path / "name", [_point(1), _point(2)], name="s2"),
+               "not complete": _sweep(tmp_path / "part", [_point(1), _point(2)], state="interrupted"),
+               "twice": _sweep(tmp_path / "twice", [_point(1), _point(2), _point(2)]),
+               "null": _sweep(tmp_path / "nan", [_point(1), _point(2, slo_attainment=float("nan"))]),
+               "string": _sweep(tmp_path / "str", [_point(1, slo_attainment="0.9"), _point(2, slo_attainment="0.9")]),
+               "lacks": _sweep(tmp_path / "lacks", [{k: v for k, v in _point(x).items() if k != "slo_attainment"}
+                                                    for x in (1, 2)])}
+    for why, cand in refused.items():
+        res = gate_(cand)
+        assert res.code == 2 and res.one_line and why in res.err, (why, res.err)
+    res = gate_(tmp_path / "fewer", "--allow-different-scenario")
+    assert res.code == 1 and "x=2" in res.out  # allowed: the point the candidate lacks is a regression
+    assert gate_(_sweep(tmp_path / "failed", [_point(1), _point(2, status="failed", slo_attainment=None)])).code == 1
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "sweep.json").write_text('{"sweep": {"name": "s", "axes": {"x": [1]}}}')
+    (tmp_path / "broken" / "points.parquet").write_bytes(b"PAR1 not really")
+    res = gate_(tmp_path / "broken")
+    assert res.code == 2 and res.one_line and "points.parquet" in res.err, res.err
+
+
+def test_what_used_to_be_a_traceback_is_one_line_exit_2(sim_runs, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(sim_runs / "a", damaged)
+    (damaged / "records.parquet").write_bytes(b"PAR1 damaged")
+    (tmp_path / "folder").mkdir()
+    cases = [([damaged], "records.parquet"),
+             ([sim_runs / "b", "--junit", tmp_path / "folder"], "--junit"),
+             ([sim_runs / "b", "--markdown", tmp_path / "afile" / "g.md"], "afile/g.md"),
+             ([sim_runs / "b", "--json", tmp_path / "afile" / "g.json"], "afile/g.json"),
+             ([sim_runs / "b", "--history", tmp_path / "afile" / "hist"], "--history"),
+             ([sim_runs / "b", "--history", tmp_path / "afile"], "--history")]
+    for args, why in cases:
+        res = _code("gate", *args[:1], "--baseline", sim_runs / "a", "--history", tmp_path / "h", *args[1:])
+        assert res.code == 2 and res.one_line and why in res.err, (args, res.code, res.err)
+    assert not (tmp_path / "h").exists()  # refused before any output: no history row either
+    # a damaged history table is refused before the comparison writes anything
+    (tmp_path / "h2").mkdir()
+    (tmp_path / "h2" / "gate_history.parquet").write_bytes(b"not parquet")
+    res = _code("gate", sim_runs / "b", "--baseline", sim_runs / "a", "--history", tmp_path / "h2", "--json",
+                tmp_path / "g.json")
+    assert res.code == 2 and "history" in res.err and not (tmp_path / "g.json").exists(), res.err
+    res = _code("history", "--history", tmp_path / "h2", "--out", tmp_path / "afile")
+    assert res.code == 2 and res.one_line and "--out" in res.err, res.err
+
+
+def test_statistical_mode_refuses_what_it_cannot_judge(base_records, tmp_path):
+    base = _live_repeats(tmp_path / "base", base_records, seed=1)
+    cand = _live_repeats(tmp_path / "cand", base_records, seed=2)
+    summary = cand / "repeat-1" / "summary.json"
+    doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, "slo_attainment": "0.99"}))
+    res = _code("gate", cand, "--baseline", base, "--history", tmp_path / "h")
+    assert res.code == 2 and "repeat-1" in res.err and "slo_attainment" in res.err, res.err
+    summary.write_text(json.dumps(doc))
+    records = read_records(cand / "repeat-0" / "records.parquet")
+    records.loc[records.index[0], "ttft_ms"] = float("inf")
+    write_records(cand / "repeat-0" / "records.parquet", records)
+    res = _code("gate", cand, "--baseline", base, "--history", tmp_path / "h")
+    assert res.code == 2 and "ttft_ms" in res.err and "infinite" in res.err, res.err
+
+
+def test_compare_refuses_a_metric_that_is_not_a_finite_number(sim_runs, tmp_path):
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    for i, (metric, raw) in enumerate((("ttft_ms.p90", '"1985.0"'), ("goodput_rps", "true"), ("wan_kv_bytes", "1e999"),
+                                       ("requests_failed", "1" + "0" * 400), ("slo_attainment", '{"v": 1}'),
+                                       ("sla.ttft_ms", '"5s"'), ("offered_rps", "[4]"))):
+        bad = edited_run(sim_runs / "a", tmp_path / f"r{i}", _planted(summary, metric, raw))
+        res = _code("compare", sim_runs / "a", bad, "--out", tmp_path / f"out{i}")
+        assert res.code == 2 and res.one_line, (metric, res.err)
+        assert str(bad) in res.err and metric in res.err, res.err
+        assert not (tmp_path / f"out{i}").exists()

@@ -1,5 +1,10 @@
 """`pddbench gate CANDIDATE --baseline BASELINE`: the mode comes from what the runs are (simulator:
-exact; live: statistical); outputs, history and --update-baseline."""
+exact; live: statistical); outputs, history and --update-baseline.
+
+It fails closed: exit 0 only when every rule was checked on finite numbers and holds; 1 on a
+measured regression; 2 on input it cannot judge (a ruled metric missing, null, not a number or
+not finite on either side, a rule naming a metric neither input has, another scenario or sweep,
+an output place that cannot be written), checked before any output is written."""
 
 from __future__ import annotations
 
@@ -9,11 +14,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pddbench.errors import UserError
+from pddbench.errors import InputError, UserError
 from pddbench.gate.exact import exact_gate
-from pddbench.gate.inputs import GateInput, load_input
+from pddbench.gate.inputs import GateInput, load_input, numbers, why_not_number
 from pddbench.gate.report import verdict_line, write_outputs
-from pddbench.gate.rules import load_rules
+from pddbench.gate.rules import Rule, load_rules
 
 HARDWARE = ("cpu_model", "cpu_isa", "cpu_cores")
 # what --update-baseline copies: the gate's inputs and small run facts, never models, logs or figures
@@ -28,6 +33,79 @@ def _compatible(cand: GateInput, base: GateInput) -> None:
     if cand.runtime != base.runtime:
         raise UserError(f"candidate is a {cand.runtime} result and the baseline a {base.runtime} one: "
                         "compare simulator with simulator and live with live (`pddbench fidelity` compares across)")
+
+
+def _few(names: list[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def same_subject(cand: GateInput, base: GateInput, allow: bool) -> list[str]:
+    """Refuse a candidate of another scenario, or a sweep with other axes or points: compared, its
+    differences would read as regressions of the code. --allow-different-scenario compares anyway
+    (points on one side only are then reported, a baseline point the candidate lacks as a regression)."""
+    problems = []
+    if cand.scenario != base.scenario:
+        problems.append(f"the candidate is scenario {cand.scenario!r} and the baseline {base.scenario!r}")
+    if cand.kind == "sweep":
+        if cand.axes != base.axes:
+            problems.append(f"the sweeps have other axes (candidate {', '.join(cand.axes)}; "
+                            f"baseline {', '.join(base.axes)})")
+        else:
+            cs, bs = cand.subjects(), base.subjects()
+            missing, extra = [s for s in bs if s not in cs], [s for s in cs if s not in bs]
+            if missing:
+                problems.append(f"points in the baseline only: {_few(missing, 3)}")
+            if extra:
+                problems.append(f"points in the candidate only: {_few(extra, 3)}")
+        if cand.measures != base.measures:
+            problems.append(f"the sweeps measured different things (candidate {sorted(cand.measures)}, "
+                            f"baseline {sorted(base.measures)})")
+    if not problems:
+        return []
+    if not allow:
+        raise UserError(f"{cand.path} is not a result of what {base.path} measured: {'; '.join(problems)}; gate "
+                        "the same scenario, or pass --allow-different-scenario to compare anyway")
+    return [f"--allow-different-scenario: {p}" for p in problems]
+
+
+def check_ruled(cand: GateInput, base: GateInput, rules: dict[str, Rule], source: str) -> dict[str, Rule]:
+    """The rules that apply to these inputs (`for:`), once every ruled value is known to be a finite
+    number on both sides (or null under a nullable rule). Refuses, naming the file and the metric, a
+    ruled metric that is missing, null, a string, a boolean, nested or not finite; and a rule whose
+    metric neither input has (a misspelt rule would otherwise gate nothing and pass)."""
+    measures = cand.measures | base.measures
+    applicable = {m: r for m, r in rules.items() if set(r.kinds) & measures}
+    if not applicable:
+        raise UserError(f"{source}: no rule applies to a {cand.kind} result (each rule's for: names "
+                        f"{', '.join(sorted({k for r in rules.values() for k in r.kinds}))}); add rules for "
+                        f"{', '.join(sorted(measures))} metrics")
+    entries = cand.entries + base.entries
+    known = {name for e in entries for name in e.raw}
+    unknown = [m for m in applicable if m not in known]
+    if unknown:
+        numeric = sorted(n for n in known if why_not_number(next(e.raw[n] for e in entries if n in e.raw)) is None)
+        hints = [f"{m} (a group: {', '.join(sorted(n for n in numeric if n.startswith(m + '.'))[:3])})"
+                 for m in unknown if any(n.startswith(m + ".") for n in numeric)]
+        raise UserError(f"{source}: rule(s) name metric(s) that neither {cand.path} nor {base.path} has: "
+                        f"{', '.join(unknown)}" + (f"; {'; '.join(hints)}" if hints else "") +
+                        f"; known metrics include {_few(numeric)}")
+    for side, inp in (("candidate", cand), ("baseline", base)):
+        for entry in inp.entries:
+            numbers(entry)  # an unruled number that is not finite is bad input too
+            if not entry.measured:
+                continue
+            for metric, rule in applicable.items():
+                if metric not in entry.raw:
+                    raise InputError(entry.source, f"the {side} lacks this ruled metric, which other results "
+                                     "here have; compare results of the same kind and version", field=metric)
+                value = entry.raw[metric]
+                why = why_not_number(value)
+                if why is not None:
+                    raise InputError(entry.source, f"is {why}; a ruled metric must be a finite number", field=metric)
+                if value is None and not rule.nullable:
+                    raise InputError(entry.source, "is null (no value); a ruled metric must be a finite number "
+                                     "(or the rule must say nullable: true)", field=metric)
+    return applicable
 
 
 def _trust(inp: GateInput, side: str) -> list[str]:
@@ -100,17 +178,38 @@ def replace_baseline(cand: GateInput, base: GateInput) -> str:
     return f"baseline {dst} replaced by {src} (gate inputs only: no model, logs or figures)"
 
 
+def check_outputs(markdown: Path | None, junit: Path | None, json_out: Path | None,
+                  history_dir: Path | None) -> None:
+    """Every output place, before any work: a folder where a file goes, a path under a file or an
+    unwritable place is one line (exit 2), not a traceback after the comparison; a damaged history
+    table too (it is appended to after the baseline may have been replaced)."""
+    from pddbench.io import check_out_place
+
+    for option, path in (("--markdown", markdown), ("--junit", junit), ("--json", json_out)):
+        if path is not None:
+            check_out_place(Path(path), option, folder=False)
+    if history_dir is not None:
+        from pddbench.gate.history import TABLE, read_history
+
+        check_out_place(Path(history_dir), "--history", folder=True)
+        check_out_place(Path(history_dir) / TABLE, "--history", folder=False)
+        if (Path(history_dir) / TABLE).exists():
+            read_history(history_dir)
+
+
 def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, markdown: Path | None = None,
          junit: Path | None = None, json_out: Path | None = None, update_baseline: bool = False,
          history_dir: Path | None = Path("results/history"), allow_different_hardware: bool = False,
-         name: str | None = None) -> dict:
+         name: str | None = None, allow_different_scenario: bool = False) -> dict:
     """Compare and write the outputs; returns the result (`regressions` > 0: the gate failed,
-    unless `accepted` by --update-baseline)."""
+    unless `accepted` by --update-baseline). Bad input raises UserError before anything is written."""
+    check_outputs(markdown, junit, json_out, history_dir)
     ruleset = load_rules(rules_path)
     cand, base = load_input(candidate), load_input(baseline)
     _compatible(cand, base)
     mode = "exact" if cand.runtime == "sim" else "statistical"
-    notes = _trust(cand, "candidate") + _trust(base, "baseline")
+    notes = same_subject(cand, base, allow_different_scenario)
+    notes += _trust(cand, "candidate") + _trust(base, "baseline")
     if mode == "statistical":
         if allow_different_hardware:
             if _hardware(cand.provenance) != _hardware(base.provenance):
@@ -118,13 +217,13 @@ def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, mar
                              f"baseline {_hardware(base.provenance)}")
         else:
             check_hardware(cand, base)
+    rules = check_ruled(cand, base, ruleset.for_mode(mode), ruleset.source)
+    if mode == "statistical":
         from pddbench.gate.statistical import statistical_gate
 
-        out = statistical_gate(cand, base, ruleset.for_mode(mode), ruleset.confidence, ruleset.bootstrap, ruleset.seed)
+        out = statistical_gate(cand, base, rules, ruleset.confidence, ruleset.bootstrap, ruleset.seed)
     else:
-        out = exact_gate(cand, base, ruleset.for_mode(mode))
-    if cand.scenario and base.scenario and cand.scenario != base.scenario:
-        notes.append(f"different scenarios: candidate {cand.scenario}, baseline {base.scenario}")
+        out = exact_gate(cand, base, rules)
     now = datetime.now(timezone.utc)
     res = {"name": name or base.scenario or base.label, "gate_id": now.strftime("%Y%m%dT%H%M%S.%fZ"),
            "mode": mode, "candidate": str(candidate), "baseline": str(baseline), "rules": ruleset.source,

@@ -47,9 +47,23 @@ def read_history(history_dir: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"{path}: no gate history yet (every `pddbench gate` appends to it; --history DIR)")
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - a damaged table is bad input, said in one line
-        raise UserError(f"{path}: cannot read the history table ({exc})") from None
+        raise UserError(f"{path}: cannot read the history table ({' '.join(str(exc).split())[:160]})") from None
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise UserError(f"{path}: not a gate history table (no {', '.join(missing[:4])}); move it aside and gate again")
+    return table
+
+
+def check_figure_folder(out: Path) -> None:
+    """`pddbench history --out`: a folder for the figures (it may hold earlier ones and the table)."""
+    from pddbench.io import check_out_place
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder; give a folder for the figures")
+    check_out_place(out / "history.png", "--out", folder=False)
 
 
 def _slug(text: str) -> str:

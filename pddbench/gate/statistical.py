@@ -10,15 +10,17 @@ What is resampled (a two-level, or cluster, bootstrap):
   alone would treat one noisy run as 40 independent observations and raise false alarms.
 - any other summary metric (`slo_attainment`, `goodput_rps`, `requests_failed`, ...): the
   per-repeat summary values, repeats drawn with replacement, their mean.
-numpy, seeded from the rules file: the same inputs give the same interval."""
+numpy, seeded from the rules file: the same inputs give the same interval. A record value that is
+not finite (inf) is bad input; NaN is a request without that value (dropped, as summary.json does)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pddbench.gate.inputs import GateInput, flatten
+from pddbench.errors import InputError
+from pddbench.gate.inputs import GateInput, numbers
 from pddbench.gate.rules import Rule
-from pddbench.records import RECORD_FIELDS, read_records
+from pddbench.records import RECORD_FIELDS
 
 STATS = {"p50": lambda x: np.percentile(x, 50), "p90": lambda x: np.percentile(x, 90),
          "p99": lambda x: np.percentile(x, 99), "mean": np.mean, "max": np.max}
@@ -48,13 +50,22 @@ def record_metric(metric: str) -> tuple[str, str] | None:
 
 def per_request_values(runs, field: str, cache: dict | None = None) -> list[np.ndarray]:
     """Per repeat: the field over completed requests, NaN dropped (summary.json's population)."""
+    from pddbench.compare import load_records  # a damaged records file is one line, not a traceback
+
     cache = {} if cache is None else cache
     groups = []
     for run in runs:
         if run not in cache:
-            cache[run] = read_records(run / "records.parquet")
+            cache[run] = load_records(run)
         df = cache[run]
-        values = df.loc[~df["failed"], field].to_numpy(dtype=float)
+        try:
+            values = df.loc[~df["failed"].astype(bool), field].to_numpy(dtype=float)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(str(run / "records.parquet"), f"has no numeric {field} per request ({exc})",
+                             field=field) from None
+        if np.isinf(values).any():
+            raise InputError(str(run / "records.parquet"), "holds an infinite value; a latency must be finite",
+                             field=field)
         groups.append(values[~np.isnan(values)])
     return groups
 
@@ -81,8 +92,11 @@ def compare_metric(metric: str, rule: Rule, base_groups, cand_groups, stat: str,
                    rng: np.random.Generator) -> dict:
     row = {"metric": metric, "rule": rule.describe(), "ci_lo": None, "ci_hi": None, "diff": None, "diff_pct": None,
            "tolerance": None, "baseline": None, "candidate": None}
-    if not any(len(g) for g in base_groups) or not any(len(g) for g in cand_groups):
-        return {**row, "status": "n/a" if not any(len(g) for g in base_groups) else "regression"}
+    has_base, has_cand = any(len(g) for g in base_groups), any(len(g) for g in cand_groups)
+    if not has_base or not has_cand:
+        # no value on either side (a nullable metric: no handoff in any run) is n/a; a value that
+        # appeared or vanished cannot be judged by the rule: a regression (accept with --update-baseline)
+        return {**row, "status": "n/a" if not has_base and not has_cand else "regression"}
     b_point = float(STATS[stat](np.concatenate(base_groups)))
     c_point = float(STATS[stat](np.concatenate(cand_groups)))
     diffs = bootstrap(cand_groups, stat, n, rng) - bootstrap(base_groups, stat, n, rng)
@@ -101,8 +115,8 @@ def statistical_gate(cand: GateInput, base: GateInput, rules: dict[str, Rule], c
                      n: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     subject = cand.scenario or cand.label
-    b_flat = [flatten(s) for s in base.summaries]
-    c_flat = [flatten(s) for s in cand.summaries]
+    b_flat = [numbers(e) for e in base.entries]
+    c_flat = [numbers(e) for e in cand.entries]
     rows, cache = [], {}
     for metric, rule in sorted(rules.items()):
         rec = record_metric(metric)
@@ -113,8 +127,6 @@ def statistical_gate(cand: GateInput, base: GateInput, rules: dict[str, Rule], c
         else:
             bv = [f.get(metric) for f in b_flat]
             cv = [f.get(metric) for f in c_flat]
-            if all(v is None for v in bv) and all(v is None for v in cv):
-                continue  # not a metric of these runs (e.g. capacity's throughput_within_sla_rps)
             bg = [np.array([v]) for v in bv if v is not None]
             cg = [np.array([v]) for v in cv if v is not None]
             fn = "mean"
