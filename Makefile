@@ -50,23 +50,21 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# Benchmarks are gated: each run is saved (results/bench/, git-ignored) and compared with the stored
-# baseline of this machine kind (results/baselines/v1/bench/<machine>/0001_baseline.json); a benchmark
-# whose min is 20% slower fails. After an intended speed change: make bench-baseline, then commit.
-# The baseline holds the gated hot loops only (simulator, trace tools, replay client, delay line);
-# the other benchmarks (sweep scaling, netem under load: one round each) are run and saved, not gated.
-BENCH_BASELINE ?= results/baselines/v1/bench
-BENCH_STORE    := results/bench
-BENCH_GATED    := benchmarks/test_bench_sim.py benchmarks/test_bench_trace.py benchmarks/test_bench_live_paths.py
+# Benchmarks are gated against this host's own baseline (as the nightly's bench part:
+# results/baselines/v1/bench/<host-key>/<machine>/0001_baseline.json; host key = CPU model, ISA
+# level, cores, as for live baselines; <machine>: pytest-benchmark's OS/Python id); a benchmark whose
+# min is 20% slower fails. A host's first `make bench` records its baseline, says "baseline recorded
+# for <host>, nothing compared" and passes (commit it). Each run is saved in results/bench/<stamp>/
+# (git-ignored). After an intended speed change: make bench-baseline (compares, then accepts), commit.
+# The baseline holds the gated hot loops only (scenarios/gate/nightly.yaml bench.gated: simulator,
+# trace tools, replay client, delay line); the other benchmarks (sweep scaling, netem under load: one
+# round each) are run by `make bench` and saved, not gated. BENCH_ARGS: e.g. --baselines DIR.
+BENCH_ARGS ?=
 bench: setup
-	mkdir -p $(BENCH_STORE) && cp -r $(BENCH_BASELINE)/. $(BENCH_STORE)/
-	$(BIN)/python -m pytest -q benchmarks --benchmark-enable --benchmark-storage=file://$(BENCH_STORE) \
-		--benchmark-autosave --benchmark-compare=0001 --benchmark-compare-fail=min:20%
+	$(BIN)/python -m pddbench.gate.nightly bench --all $(BENCH_ARGS)
 
 bench-baseline: setup
-	rm -rf $(BENCH_BASELINE)
-	$(BIN)/python -m pytest -q $(BENCH_GATED) --benchmark-enable --benchmark-storage=file://$(BENCH_BASELINE) \
-		--benchmark-save=baseline
+	$(BIN)/python -m pddbench.gate.nightly bench --update-baselines $(BENCH_ARGS)
 
 # The nightly suite (scenarios/gate/nightly.yaml): simulator exact gate, benchmarks, live repeats
 # (statistical gate), fidelity gate; results/nightly/<stamp>/{nightly.md,junit.xml}; exit 1 on any

@@ -54,8 +54,13 @@ def cpu_info() -> dict:
     except OSError:
         pass
     model = model or platform.processor() or None
-    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else ("unknown" if not flags else "pre-avx2")
-    return {"cpu_model": model, "cpu_cores": os.cpu_count(), "cpu_isa": isa, "machine": platform.machine()}
+    return {"cpu_model": model, "cpu_cores": os.cpu_count(), "cpu_isa": isa_level(flags), "machine": platform.machine()}
+
+
+def isa_level(flags) -> str:
+    """The instruction-set level of a CPU's flags (/proc/cpuinfo's, or py-cpuinfo's list)."""
+    flags = set(flags or ())
+    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else ("unknown" if not flags else "pre-avx2")
 
 
 @lru_cache(maxsize=1)

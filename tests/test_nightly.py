@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,3 +311,266 @@ def test_update_replaces_an_unreadable_fidelity_baseline(tmp_path):
     (tmp_path / "f" / "fidelity.json").write_text('{"ttft": [{"percentile": 50}]}')
     s.gate_fidelity("pdd", tmp_path / "f", s.baselines / "fidelity" / "h" / "new", "h", SETTINGS, FIDELITY_CFG)
     assert "error_pct" in s.cases[-1]["failure"] and not (s.baselines / "fidelity" / "h" / "new").exists()
+
+
+# -- the bench part: per-host benchmark baselines --------------------------------------------------
+
+SHIPPED_BENCH = REPO / "results" / "baselines" / "v1" / "bench"
+MACHINE = "Linux-CPython-3.11-64bit"  # pytest-benchmark's machine id, fixed for the fabricated runs
+BENCH_CFG = {"compare_fail": "min:20%", "gated": ["test_bench_trace.py", "test_bench_sim.py"]}
+TRACE, SIM, SWEEP = ("benchmarks/test_bench_trace.py::test_parse", "benchmarks/test_bench_sim.py::test_loop",
+                     "benchmarks/test_bench_sweep.py::test_scaling")  # the last one not gated
+
+
+def _machine_info(prov: dict, flags: list[str]) -> dict:
+    """pytest-benchmark's machine_info (py-cpuinfo's fields) for a host with `prov`'s CPU."""
+    return {"machine": "x86_64", "cpu": {"brand_raw": prov["cpu_model"], "count": prov["cpu_cores"], "flags": flags}}
+
+
+def _saved_run(prov: dict, mins: dict[str, float], flags=("sse2", "avx", "avx2")) -> dict:
+    """A run as pytest-benchmark saves it (only the fields the gate reads, plus what a reader sees)."""
+    return {"machine_info": _machine_info(prov, list(flags)), "commit_info": {"id": "a"}, "version": "5.3.1",
+            "benchmarks": [{"fullname": name, "name": name.split("::")[1], "group": None,
+                            "stats": {"min": m, "max": m * 1.1, "mean": m * 1.05, "rounds": 5}}
+                           for name, m in mins.items()]}
+
+
+class FakePytest:
+    """Stands in for the pytest subprocess: saves `doc` where pytest-benchmark would (the storage
+    folder of the command line, under MACHINE, numbered after what is there), returns (rc, text),
+    and keeps each command line with the baseline copy it found in the store."""
+
+    def __init__(self, doc: dict | None, rc: int = 0, text: str = "1 passed"):
+        self.doc, self.rc, self.text, self.calls = doc, rc, text, []
+
+    def __call__(self, cmd, echo):
+        store = [a for a in cmd if a.startswith("--benchmark-storage=file://")]
+        assert len(store) == 1, cmd
+        folder = Path(store[0][len("--benchmark-storage=file://"):]) / MACHINE
+        primed = folder / "0001_baseline.json"
+        self.calls.append({"cmd": cmd, "primed": json.loads(primed.read_text()) if primed.is_file() else None})
+        if self.doc is not None:
+            n = len(list(folder.glob("*.json"))) + 1
+            name = "baseline" if "--benchmark-save=baseline" in cmd else "0123abc_20260101_000000"
+            write_json(folder / f"{n:04d}_{name}.json", self.doc)
+        return self.rc, self.text
+
+
+@pytest.fixture
+def bench_host(monkeypatch):
+    """This host's CPU for the bench part (AMD unless a test sets another) and a fixed machine id."""
+    hw = {"prov": AMD}
+    monkeypatch.setattr(nt, "this_hardware", lambda: dict(hw["prov"]))
+    monkeypatch.setattr(nt, "bench_machine", lambda: MACHINE)
+    return hw
+
+
+def _bench(tmp_path, monkeypatch, fake, update=False, store="s"):
+    monkeypatch.setattr(nt, "_pytest", fake)
+    return nt.run_bench(tmp_path / "baselines", tmp_path / store, BENCH_CFG, update)
+
+
+def _base_doc(tmp_path, prov=AMD):
+    return read_json(tmp_path / "baselines" / "bench" / nt.host_key(prov) / MACHINE / "0001_baseline.json", "t")
+
+
+def test_bench_part_records_a_new_hosts_baseline_then_compares(tmp_path, monkeypatch, bench_host, capsys):
+    """The nightly's bench part: the first run on a host records (the gated benchmarks only) and
+    passes, saying so; the second compares against it with the fail rule; a regression fails."""
+    run = _saved_run(AMD, {TRACE: 0.2, SIM: 0.01, SWEEP: 3.0})
+    fake = FakePytest(run)
+    monkeypatch.setattr(nt, "_pytest", fake)
+    s = _suite(tmp_path)
+    nt.part_bench(s, BENCH_CFG)
+    host = nt.host_key(AMD)
+    base = s.baselines / "bench" / host / MACHINE
+    assert s.recorded == [f"bench: baseline recorded for {host}, nothing compared: {base}"]
+    assert [c["failure"] for c in s.cases] == [None]
+    assert f"baseline recorded for {host}, nothing compared" in capsys.readouterr().err
+    cmd = fake.calls[-1]["cmd"]
+    assert "--benchmark-save=baseline" in cmd and not any(a.startswith("--benchmark-compare") for a in cmd)
+    assert [b["fullname"] for b in _base_doc(tmp_path)["benchmarks"]] == [TRACE, SIM]  # sweep: run, not gated
+    assert read_json(base.parent / "host.json", "t") == {"host": host, **{k: AMD[k] for k in (*HARDWARE, "machine")}}
+    assert sorted(p.name for p in base.parent.iterdir()) == [MACHINE, "host.json"]  # no temporary left
+    assert (s.out / "bench.txt").read_text() == "1 passed"
+
+    s = _suite(tmp_path)  # the second night: compared, against a copy of the recorded baseline
+    s.out = tmp_path / "out2"
+    s.out.mkdir()
+    nt.part_bench(s, BENCH_CFG)
+    cmd = fake.calls[-1]["cmd"]
+    assert "--benchmark-compare=0001" in cmd and "--benchmark-compare-fail=min:20%" in cmd
+    assert fake.calls[-1]["primed"] == _base_doc(tmp_path)
+    assert s.recorded == [] and [c["failure"] for c in s.cases] == [None]
+
+    fake.rc, fake.text = 1, "Performance has regressed:\n\ttest_parse (0002) - Field 'min' has failed"
+    res = _bench(tmp_path, monkeypatch, fake, store="s3")
+    assert res["action"] == "compare" and "slower than this host's baseline beyond min:20%" in res["failure"]
+    fake.text = "1 failed"
+    assert _bench(tmp_path, monkeypatch, fake, store="s4")["failure"] == "benchmarks failed (exit 1)"
+    assert [b["stats"]["min"] for b in _base_doc(tmp_path)["benchmarks"]] == [0.2, 0.01]  # compare never writes
+
+
+def test_bench_baseline_of_one_host_is_not_compared_on_another(tmp_path, monkeypatch, bench_host):
+    """An AVX-512 Xeon beside the AMD baseline (same OS and Python): its own baseline is recorded,
+    nothing is compared, the AMD one is left as it was."""
+    amd = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="s1")
+    before = (amd["base"] / "0001_baseline.json").read_bytes()
+    bench_host["prov"] = XEON
+    fake = FakePytest(_saved_run(XEON, {TRACE: 0.9}, flags=("avx2", "avx512f")), rc=0)
+    xeon = _bench(tmp_path, monkeypatch, fake, store="s2")
+    assert xeon["action"] == "record" and xeon["failure"] is None and fake.calls[-1]["primed"] is None
+    assert xeon["host"] == "intel-xeon-platinum-8488c-avx512-2cpus" != amd["host"]
+    assert xeon["base"] == tmp_path / "baselines" / "bench" / xeon["host"] / MACHINE
+    assert (amd["base"] / "0001_baseline.json").read_bytes() == before
+    assert _base_doc(tmp_path, XEON)["benchmarks"][0]["stats"]["min"] == 0.9
+    # and the key of the recorded run's own machine_info is the folder's (as for live baselines)
+    assert nt.host_key(nt.bench_provenance(_base_doc(tmp_path, XEON)["machine_info"])) == xeon["host"]
+
+
+def test_bench_update_compares_then_accepts(tmp_path, monkeypatch, bench_host):
+    _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="s1")
+    fake = FakePytest(_saved_run(AMD, {TRACE: 0.5, SIM: 0.01, SWEEP: 3.0}), rc=0, text="compared")
+    res = _bench(tmp_path, monkeypatch, fake, update=True, store="s2")
+    cmd = fake.calls[-1]["cmd"]
+    assert res["action"] == "update" and res["failure"] is None
+    assert "--benchmark-compare=0001" in cmd and not any(a.startswith("--benchmark-compare-fail") for a in cmd)
+    assert [(b["fullname"], b["stats"]["min"]) for b in _base_doc(tmp_path)["benchmarks"]] == \
+        [(TRACE, 0.5), (SIM, 0.01)]
+    s = _suite(tmp_path, update=True)  # the nightly's report says so
+    monkeypatch.setattr(nt, "_pytest", FakePytest(_saved_run(AMD, {TRACE: 0.4})))
+    nt.part_bench(s, BENCH_CFG)
+    assert s.cases[-1]["failure"] is None and "accepted as the new baseline" in s.cases[-1]["output"]
+    assert _base_doc(tmp_path)["benchmarks"][0]["stats"]["min"] == 0.4
+
+
+def test_bench_never_records_a_failed_or_empty_run(tmp_path, monkeypatch, bench_host):
+    base = tmp_path / "baselines" / "bench" / nt.host_key(AMD) / MACHINE
+    for i, (fake, why) in enumerate((
+            (FakePytest(_saved_run(AMD, {TRACE: 0.2}), rc=1), "benchmarks failed (exit 1); nothing recorded"),
+            (FakePytest(None), "pytest-benchmark saved no run; nothing recorded"),
+            (FakePytest(_saved_run(AMD, {SWEEP: 3.0})), "none of the gated benchmarks"))):
+        res = _bench(tmp_path, monkeypatch, fake, store=f"s{i}")
+        assert res["action"] == "record" and why in res["failure"], res["failure"]
+        assert not base.exists() and not [p for p in base.parent.parent.rglob(".*")]
+    _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="ok")
+    res = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.3}), rc=1), update=True, store="u")
+    assert "nothing accepted" in res["failure"] and _base_doc(tmp_path)["benchmarks"][0]["stats"]["min"] == 0.2
+
+
+def test_bench_folder_without_a_readable_baseline(tmp_path, monkeypatch, bench_host):
+    """A host folder holding something else, or a broken baseline: compare fails before running
+    (pytest-benchmark would pass without comparing), update replaces it without comparing."""
+    base = tmp_path / "baselines" / "bench" / nt.host_key(AMD) / MACHINE
+    base.mkdir(parents=True)
+    (base / "notes.txt").write_text("x")
+    for i, content in enumerate((None, "{broken", '{"a": 1, "a": 2}')):  # none, not JSON, a duplicate key
+        if content is not None:
+            (base / "0001_baseline.json").write_text(content)
+        fake = FakePytest(_saved_run(AMD, {TRACE: 0.2}))
+        res = _bench(tmp_path, monkeypatch, fake, store=f"c{i}")
+        assert "holds no readable 0001_baseline.json" in res["failure"] and fake.calls == []
+    fake = FakePytest(_saved_run(AMD, {TRACE: 0.2}))
+    res = _bench(tmp_path, monkeypatch, fake, update=True, store="u")
+    assert res["failure"] is None and "--benchmark-save=baseline" in fake.calls[-1]["cmd"]
+    assert fake.calls[-1]["primed"] is None and _base_doc(tmp_path)["benchmarks"][0]["fullname"] == TRACE
+    with pytest.raises(UserError, match="must be a new"):  # a store is a new folder: old runs are never mixed in
+        _bench(tmp_path, monkeypatch, fake, store="u")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="must be a new"):
+        _bench(tmp_path, monkeypatch, fake, store="file")
+    assert len(fake.calls) == 1  # refused before pytest ran
+
+
+def test_bench_names_both_cpus_when_a_baseline_is_filed_under_the_wrong_host(tmp_path, monkeypatch, bench_host):
+    other = {**AMD, "cpu_model": "AMD EPYC 9R14"}
+    _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="s1")
+    base = tmp_path / "baselines" / "bench" / nt.host_key(AMD) / MACHINE / "0001_baseline.json"
+    write_json(base, _saved_run(other, {TRACE: 0.1}))  # copied in by hand from another CPU
+    fake = FakePytest(_saved_run(AMD, {TRACE: 0.2}), rc=1, text="Performance has regressed")
+    res = _bench(tmp_path, monkeypatch, fake, store="s2")
+    assert "'AMD EPYC 9R14', this host is 'AMD EPYC'" in res["failure"]
+
+
+def test_bench_notes_gated_benchmarks_missing_from_the_baseline(tmp_path, monkeypatch, bench_host):
+    _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="s1")
+    res = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2, SIM: 0.01, SWEEP: 1.0})),
+                 store="s2")
+    assert res["failure"] is None and f"not in the baseline, not compared: {SIM} " in res["output"]
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"gated": []}, "bench.gated"),
+    ({"gated": "test_bench_sim.py"}, "bench.gated"),
+    ({"gated": [""]}, "bench.gated"),
+    ({"gated": ["test_bench_nope.py"]}, "no benchmarks/test_bench_nope.py"),
+    ({"gated": ["test_bench_sim.py"], "compare_fail": 20}, "bench.compare_fail"),
+    ({"gated": ["test_bench_sim.py"], "compare_fail": ""}, "bench.compare_fail"),
+])
+def test_bench_settings_are_checked(cfg, match):
+    shipped = nt.load_config(nt.DEFAULT_CONFIG, ["bench"])["bench"]
+    assert nt.bench_cfg(shipped) == (shipped["gated"], "min:20%")
+    with pytest.raises(UserError, match=match):
+        nt.bench_cfg(cfg)
+
+
+def test_bench_provenance_maps_machine_info_to_the_live_host_key():
+    """A saved benchmark run's machine_info names the same host key as a live run's provenance on
+    that CPU; what it lacks reads 'unknown' (never an exception)."""
+    from pddbench.provenance import isa_level
+
+    assert nt.host_key(nt.bench_provenance(_machine_info(AMD, ["sse2", "avx2"]))) == nt.host_key(AMD)
+    xeon = _machine_info(XEON, ["avx2", "avx512f", "avx512bw"])
+    assert nt.host_key(nt.bench_provenance(xeon)) == nt.host_key(XEON) == "intel-xeon-platinum-8488c-avx512-2cpus"
+    for junk in (None, "x", {}, {"cpu": []}, {"cpu": {"flags": "avx2", "brand_raw": ""}}):
+        assert nt.host_key(nt.bench_provenance(junk)) == "unknown-unknown-unknowncpus", junk
+    assert [isa_level(f) for f in (["avx512f", "avx2"], ["avx2"], ["sse2"], [], None)] == \
+        ["avx512", "avx2", "pre-avx2", "unknown", "unknown"]
+
+
+def test_shipped_bench_baseline_sits_under_its_own_host_key():
+    """The migrated baseline: each host folder's baselines were measured on that host (their
+    machine_info maps to the folder's key) and hold exactly the gated files' benchmarks."""
+    gated = {f"benchmarks/{f}" for f in nt.load_config(nt.DEFAULT_CONFIG, ["bench"])["bench"]["gated"]}
+    hosts = [p for p in SHIPPED_BENCH.iterdir() if p.is_dir()]
+    assert hosts, "no per-host bench baselines shipped"
+    for host in hosts:
+        assert read_json(host / "host.json", "t")["host"] == host.name
+        machines = [p for p in host.iterdir() if p.is_dir()]
+        assert machines and sorted(p.name for p in host.iterdir()) == sorted([*(m.name for m in machines), "host.json"])
+        for machine in machines:
+            doc = read_json(machine / "0001_baseline.json", "t")
+            assert nt.host_key(nt.bench_provenance(doc["machine_info"])) == host.name, machine
+            assert {b["fullname"].split("::")[0] for b in doc["benchmarks"]} == gated, machine
+
+
+def test_bench_end_to_end_on_the_cheapest_gated_file(tmp_path):
+    """Real pytest-benchmark, two runs of benchmarks/test_bench_trace.py (seconds each): the
+    nightly's first bench part on this host records; with that baseline made 1000x faster (a factor
+    no machine noise reaches), `make bench`'s command compares against it and fails."""
+    from pddbench.loading import load_yaml
+    from pddbench.provenance import cpu_info
+
+    cfg = load_yaml(nt.DEFAULT_CONFIG.read_text(), str(nt.DEFAULT_CONFIG))
+    cfg["bench"] = {**cfg["bench"], "gated": ["test_bench_trace.py"]}
+    (tmp_path / "nightly.json").write_text(json.dumps(cfg))
+    common = ["--config", tmp_path / "nightly.json", "--baselines", tmp_path / "b"]
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pddbench.gate.nightly", *args], capture_output=True, text=True,
+                              cwd=REPO, timeout=300)
+
+    res = run("--only", "bench", *common, "--out", tmp_path / "n1", "--history", tmp_path / "h")
+    assert res.returncode == 0, res.stderr
+    host = nt.host_key(cpu_info())
+    assert f"baseline recorded for {host}, nothing compared" in (tmp_path / "n1" / "nightly.md").read_text()
+    base = tmp_path / "b" / "bench" / host / nt.bench_machine() / "0001_baseline.json"
+    doc = json.loads(base.read_text())
+    assert [b["fullname"] for b in doc["benchmarks"]] == \
+        ["benchmarks/test_bench_trace.py::test_parse_and_analyse_mooncake"]
+    for b in doc["benchmarks"]:
+        b["stats"] = {k: v / 1000 if k in ("min", "max", "mean", "median") else v for k, v in b["stats"].items()}
+    base.write_text(json.dumps(doc))
+    res = run("bench", *common, "--out", tmp_path / "s2")
+    assert res.returncode == 1 and "FAILED: benchmark slower than this host's baseline beyond min:20%" in res.stderr
+    assert "Comparing against benchmarks from" in res.stdout and "0001_baseline" in res.stdout

@@ -3,7 +3,9 @@
 Parts (scenarios/gate/nightly.yaml says what each runs):
 - sim: the paper's scenarios in the simulator, exact gate against the shipped baselines
   (BASELINES/sim/<scenario>/: one for every host, the simulator being deterministic);
-- bench: pytest-benchmark against the stored baseline of this machine kind (fails at a 20% slowdown);
+- bench: pytest-benchmark's gated hot loops against this host's own baseline (fails when a min is 20%
+  slower), BASELINES/bench/<host-key>/<machine>/0001_baseline.json (<machine>: pytest-benchmark's
+  OS/Python id); `python -m pddbench.gate.nightly bench` runs this part alone (make bench);
 - live: short live runs on the tiny model with repeats, statistical gate (needs vLLM; PDD needs root)
   against this host's own baseline, BASELINES/live/<host-key>/<scenario>/;
 - fidelity: calibrated live runs of same-DC PD, cross-DC PD and PDD (repeats), each against its
@@ -11,11 +13,13 @@ Parts (scenarios/gate/nightly.yaml says what each runs):
   BASELINES/fidelity/<host-key>/<deployment>/.
 
 Baselines per host. Live figures and the twin's error depend on the CPU (vLLM CPU without AVX-512
-runs ~10x slower), so live and fidelity baselines are kept per host. The host key (`host_key`) is
-made from the hardware fields the gate already compares (pddbench.gate.gate.HARDWARE: CPU model,
-instruction-set level, cores, as pddbench.provenance.cpu_info records them), taken from the run's
-own recorded provenance, e.g. `amd-epyc-avx2-2cpus`: two runs get one key exactly when the gate
-would call them the same hardware.
+runs ~10x slower), and so do benchmark timings, so live, fidelity and bench baselines are kept per
+host. The host key (`host_key`) is made from the hardware fields the gate already compares
+(pddbench.gate.gate.HARDWARE: CPU model, instruction-set level, cores, as
+pddbench.provenance.cpu_info records them), taken from the run's own recorded provenance (for the
+benchmarks, which record none: this host's cpu_info; a saved benchmark run's machine_info maps to
+the same key, `bench_provenance`), e.g. `amd-epyc-avx2-2cpus`: two runs get one key exactly when
+the gate would call them the same hardware.
 
 Record or compare (`plan`): where a part has no baseline yet (no folder, or an empty one) the run is
 recorded as the baseline, the output and nightly.md say "baseline recorded for <host>, nothing
@@ -59,7 +63,7 @@ from pddbench.loading import load_yaml, read_json
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "scenarios" / "gate" / "nightly.yaml"
 PARTS = ("sim", "bench", "live", "fidelity")
-BENCH_FLAGS = ["--benchmark-enable", "--benchmark-autosave", "--benchmark-compare=0001"]
+BENCH_BASELINE = "0001_baseline.json"  # a benchmark baseline: the run pytest-benchmark compares with (--compare=0001)
 SIM_HOSTS = "every host (the simulator is deterministic)"  # whom a sim baseline is for
 FIDELITY_FILES = ("fidelity.json", "fidelity.csv")  # what a fidelity baseline keeps of the command's output
 SETTINGS = "settings.json"  # beside a fidelity baseline: how the live run was made
@@ -322,37 +326,206 @@ def part_sim(s: Suite, cfg: dict) -> None:
         s.gate_against(f"sim/{stem}", cand, s.baselines / "sim" / stem, SIM_HOSTS)
 
 
+def bench_provenance(machine_info) -> dict:
+    """The gate's HARDWARE fields of a saved pytest-benchmark run (its `machine_info`: py-cpuinfo's
+    brand_raw, which on Linux is /proc/cpuinfo's model name, flags and count), so `host_key` names
+    the host of a benchmark baseline as it names a live run's."""
+    from pddbench.provenance import isa_level
+
+    info = machine_info if isinstance(machine_info, dict) else {}
+    cpu = info.get("cpu") if isinstance(info.get("cpu"), dict) else {}
+    flags = cpu.get("flags") if isinstance(cpu.get("flags"), list) else []
+    return {"cpu_model": cpu.get("brand_raw") or None, "cpu_isa": isa_level(flags), "cpu_cores": cpu.get("count"),
+            "machine": info.get("machine")}
+
+
+def this_hardware() -> dict:
+    """This host's CPU fields (as every run's provenance records them): whom a benchmark run is for."""
+    from pddbench.provenance import cpu_info
+
+    return cpu_info()
+
+
+def bench_machine() -> str:
+    """pytest-benchmark's machine id (OS, Python implementation and version, bits): the folder it
+    saves runs in and looks for the baseline in, under a storage root."""
+    try:
+        from pytest_benchmark.utils import get_machine_id
+    except ImportError:
+        raise UserError("pytest-benchmark is not installed: `make setup` installs it (the dev extra)") from None
+    return get_machine_id()
+
+
+def bench_cfg(cfg: dict) -> tuple[list[str], str]:
+    """The benchmark files whose results are gated (nightly.yaml bench.gated, under benchmarks/)
+    and the pytest-benchmark fail rule (bench.compare_fail)."""
+    gated, rule = cfg.get("gated", []), cfg.get("compare_fail", "min:20%")
+    if not isinstance(gated, list) or not gated or not all(isinstance(f, str) and f for f in gated):
+        raise UserError(f"nightly config bench.gated: {gated!r}; give a list of files under benchmarks/")
+    if not isinstance(rule, str) or not rule:
+        raise UserError(f"nightly config bench.compare_fail: {rule!r}; give a pytest-benchmark rule, e.g. min:20%")
+    for f in gated:
+        if not (REPO / "benchmarks" / f).is_file():
+            raise UserError(f"nightly config bench.gated: no benchmarks/{f}; name files under benchmarks/")
+    return gated, rule
+
+
+def _pytest(cmd: list[str], echo: bool) -> tuple[int, str]:
+    """Run pytest; its output, echoed line by line as it comes when `echo` (make bench)."""
+    if not echo:
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        return res.returncode, res.stdout + res.stderr
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+    return proc.returncode, "".join(lines)
+
+
+def record_bench(run: Path, base: Path, gated: list[str]) -> None:
+    """A benchmark baseline from a saved run (pytest-benchmark's JSON): the gated files' benchmarks
+    only (the others run one round each: too noisy to gate), as base/BENCH_BASELINE."""
+    doc = read_json(run, "saved benchmark run")
+    files = {f"benchmarks/{f}" for f in gated}
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise UserError(f"{run}: no 'benchmarks' list (not saved by pytest-benchmark)")
+    kept = [b for b in doc["benchmarks"] if isinstance(b, dict) and str(b.get("fullname", "")).split("::")[0] in files]
+    if not kept:
+        raise UserError(f"{run}: none of the gated benchmarks ({', '.join(sorted(files))}) ran; nothing recorded")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = base.parent / f".{base.name}.new-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        write_json(tmp / BENCH_BASELINE, {**doc, "benchmarks": kept})
+        _swap_in(tmp, base)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bench_names(run: Path, gated: list[str]) -> set[str]:
+    """The gated benchmarks' full names in a saved run (none where it is unreadable)."""
+    files = {f"benchmarks/{f}" for f in gated}
+    try:
+        doc = read_json(run, "saved benchmark run")
+        return {b["fullname"] for b in doc["benchmarks"] if str(b["fullname"]).split("::")[0] in files}
+    except (UserError, KeyError, TypeError):
+        return set()
+
+
+def _readable(path: Path) -> bool:
+    try:
+        read_json(path, "benchmark baseline")
+        return True
+    except UserError:
+        return False
+
+
+def run_bench(baselines: Path, store: Path, cfg: dict, update: bool, prefix: list[str] | None = None,
+              paths: list[str] | None = None, echo: bool = False) -> dict:
+    """The benchmarks against this host's baseline, BASELINES/bench/<host-key>/<machine>/ (host key
+    as for live baselines, from this host's CPU fields; <machine>: pytest-benchmark's OS/Python id,
+    as timings move with the Python too). Record or compare as `plan` says: no baseline, the run is
+    recorded (the gated benchmarks only) and passes; else compared (fails at `compare_fail`); with
+    `update`, compared and then accepted. `store`: a new folder, where pytest-benchmark saves the
+    run (beside a copy of the baseline, which it compares against); `paths`: what pytest runs
+    (default: the gated files). Returns action, host, base, failure (None: passed), output."""
+    gated, rule = bench_cfg(cfg)
+    if store.exists() and (not store.is_dir() or any(store.iterdir())):
+        raise UserError(f"{store}: the benchmark store must be a new (or empty) folder; give another --out")
+    hardware = this_hardware()
+    host = host_key(hardware)
+    base = baselines / "bench" / host / bench_machine()
+    action = plan(base, update)
+    out = {"action": action, "host": host, "base": base, "hardware": hardware, "failure": None, "output": ""}
+    if action == "compare" and not _readable(base / BENCH_BASELINE):
+        out["failure"] = (f"{base} holds no readable {BENCH_BASELINE}: remove the folder (the next run records "
+                          "one) or accept this run with --update-baselines")
+        return out
+    saved = store / bench_machine()
+    saved.mkdir(parents=True, exist_ok=True)
+    # pytest-benchmark's 0001 in the store is what it compares with; with update an unreadable old
+    # baseline is not compared, only replaced
+    primed = action == "compare" or (action == "update" and _readable(base / BENCH_BASELINE))
+    if primed:
+        shutil.copy2(base / BENCH_BASELINE, saved / BENCH_BASELINE)
+    flags = ["--benchmark-enable", f"--benchmark-storage=file://{store}"]
+    flags += ["--benchmark-autosave", "--benchmark-compare=0001"] if primed else ["--benchmark-save=baseline"]
+    if action == "compare":
+        flags.append(f"--benchmark-compare-fail={rule}")  # with update the run is accepted whatever it shows
+    files = paths or [str(REPO / "benchmarks" / f) for f in gated]
+    rc, text = _pytest([*(prefix or []), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files,
+                        *flags], echo)
+    out["output"] = text
+    runs = sorted(p for p in saved.glob("*.json") if not (primed and p.name == BENCH_BASELINE))
+    if action == "compare":
+        if rc != 0:
+            out["failure"] = (f"benchmark slower than this host's baseline beyond {rule} ({base})"
+                              if "Performance has regressed" in text else f"benchmarks failed (exit {rc})")
+            cpus = bench_cpus(base, store)
+            if "Performance has regressed" in text and len(cpus) == 2 and cpus[0] != cpus[1]:
+                # timings do not compare across CPUs: a baseline filed under the wrong host is not a slowdown
+                out["failure"] = (f"benchmark baseline {base} was measured on {cpus[0]!r}, this host is {cpus[1]!r}: "
+                                  "timings do not compare across CPUs; replace it with make bench-baseline")
+        elif runs:
+            new = _bench_names(runs[-1], gated) - _bench_names(base / BENCH_BASELINE, gated)
+            if new:  # pytest-benchmark compares only what both runs have
+                out["output"] += (f"\nnot in the baseline, not compared: {', '.join(sorted(new))} "
+                                  "(accept them with make bench-baseline)")
+        return out
+    if rc != 0 or not runs:
+        out["failure"] = (f"benchmarks failed (exit {rc})" if rc != 0 else "pytest-benchmark saved no run") + \
+            f"; nothing {'recorded' if action == 'record' else 'accepted'} at {base}"
+        return out
+    try:
+        record_bench(runs[-1], base, gated)
+    except UserError as exc:  # e.g. every gated benchmark skipped: a failed part, not bad input
+        out["failure"] = str(exc)
+    return out
+
+
 def part_bench(s: Suite, cfg: dict) -> None:
-    base = s.baselines / "bench"
-    gated = [str(REPO / "benchmarks" / f) for f in cfg.get("gated", [])] or [str(REPO / "benchmarks")]
-    pytest = [*s.locked(), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *gated]
-    if s.update or not base.exists():
-        if not s.update:
-            s.case("bench", "benchmarks", failure=f"no benchmark baseline at {base}: make bench-baseline")
-            return
-        shutil.rmtree(base, ignore_errors=True)
-        res = subprocess.run([*pytest, "--benchmark-enable", f"--benchmark-storage=file://{base}",
-                              "--benchmark-save=baseline"], capture_output=True, text=True, cwd=REPO)
-        s.case("bench", "benchmarks", None if res.returncode == 0 else "saving the baseline failed",
-               _tail(res.stdout + res.stderr))
+    """The gated benchmarks against this host's benchmark baseline (`run_bench`)."""
+    res = run_bench(s.baselines, s.out / "bench-storage", cfg, s.update, s.locked())
+    write_text(s.out / "bench.txt", res["output"])
+    if res["action"] == "record" and res["failure"] is None:
+        s.note_recorded("bench", res["host"], res["base"], res["hardware"])
         return
-    store = s.out / "bench-storage"
-    shutil.copytree(base, store, dirs_exist_ok=True)
-    res = subprocess.run([*pytest, *BENCH_FLAGS, f"--benchmark-storage=file://{store}",
-                          f"--benchmark-compare-fail={cfg.get('compare_fail', 'min:20%')}"],
-                         capture_output=True, text=True, cwd=REPO)
-    text = res.stdout + res.stderr
-    write_text(s.out / "bench.txt", text)
-    failure = None if res.returncode == 0 else (
-        "benchmark slower than the stored baseline beyond " + cfg.get("compare_fail", "min:20%")
-        if "Performance has regressed" in text else f"benchmarks failed (exit {res.returncode})")
-    cpus = bench_cpus(base, store)
-    if failure and len(cpus) == 2 and cpus[0] != cpus[1]:
-        # as the live gate: timings do not compare across CPUs (pytest-benchmark keys its store by OS
-        # and Python only), so a slower result on another CPU is not a regression of the code
-        failure = (f"benchmark baseline measured on {cpus[0]!r}, this host is {cpus[1]!r}: timings do not compare "
-                   "across CPUs; make a baseline here (make nightly NIGHTLY_ARGS='--update-baselines --only bench')")
-    s.case("bench", "benchmarks", failure, _tail(text))
+    output = _tail(res["output"])
+    if res["action"] == "update" and res["failure"] is None:
+        output += f"\naccepted as the new baseline ({res['base']})"
+    s.case("bench", "benchmarks", res["failure"], output)
+
+
+def bench_main(argv: list[str]) -> int:
+    """`make bench` / `make bench-baseline`: the bench part alone, its run saved under
+    results/bench/<stamp>/ (git-ignored), pytest's output shown as it comes."""
+    ap = argparse.ArgumentParser(prog="python -m pddbench.gate.nightly bench",
+                                 description="benchmarks against this host's baseline (recorded on its first run)")
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    ap.add_argument("--baselines", type=Path, default=None, help="baselines root (default: the config's baselines:)")
+    ap.add_argument("--update-baselines", action="store_true", help="compare, then accept the run as the baseline")
+    ap.add_argument("--all", action="store_true",
+                    help="run every benchmark under benchmarks/ (only the gated ones are compared and recorded)")
+    ap.add_argument("--out", type=Path, default=None, help="where the run is saved (default results/bench/<stamp>)")
+    a = ap.parse_args(argv)
+    cfg = load_config(a.config, ["bench"])
+    store = a.out or REPO / "results" / "bench" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    res = run_bench(a.baselines or REPO / cfg["baselines"], store, cfg["bench"], a.update_baselines,
+                    paths=[str(REPO / "benchmarks")] if a.all else None, echo=True)
+    if res["action"] == "record" and res["failure"] is None:
+        _write_host_file(res["base"].parent, res["host"], res["hardware"])
+        msg = recorded_line(res["host"], res["base"]) + " (review and commit it)"
+    elif res["failure"]:
+        msg = "FAILED: " + res["failure"]
+    elif res["action"] == "update":
+        msg = f"accepted as the new baseline for {res['host']}: {res['base']} (review git diff and commit it)"
+    else:
+        msg = f"passed against the baseline for {res['host']}: {res['base']}"
+    print(f"bench: {msg}; run saved in {store}", file=sys.stderr)
+    return 1 if res["failure"] else 0
 
 
 def bench_cpus(base: Path, store: Path) -> list[str]:
@@ -520,6 +693,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baselines", type=Path, default=None, help="baselines root (default: the config's baselines:)")
     ap.add_argument("--live-lock", default=None, help="flock this file around each live run and the benchmarks")
     ap.add_argument("--history", type=Path, default=REPO / "results" / "history")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # make bench, make bench-baseline
+        try:
+            sys.exit(bench_main(argv[1:]))
+        except (UserError, KeyError) as exc:
+            print(f"error: bench: {exc}", file=sys.stderr)
+            sys.exit(2)
     a = ap.parse_args(argv)
     out = a.out or REPO / "results" / "nightly" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     try:
