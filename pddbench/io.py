@@ -166,7 +166,10 @@ def check_out_place(out: Path, option: str = "--out", folder: bool = True) -> No
     if not folder and out.is_dir():
         raise UserError(f"{option} {out} is a folder, not a file")
     if not folder:
-        out = output_target(out).path  # a device, FIFO or link target: written into, never replaced
+        try:
+            out = output_target(out).path  # a device, FIFO or link target: written into, never replaced
+        except UserError as exc:
+            raise UserError(f"{option} {exc}") from None
     parent = _nearest_existing(out if folder else out.parent)
     if not parent.is_dir():
         raise UserError(f"{option} {out} lies under {parent}, which is a file")

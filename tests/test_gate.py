@@ -579,3 +579,21 @@ def test_compare_refuses_a_metric_that_is_not_a_finite_number(sim_runs, tmp_path
         assert res.code == 2 and res.one_line, (metric, res.err)
         assert str(bad) in res.err and metric in res.err, res.err
         assert not (tmp_path / f"out{i}").exists()
+
+
+def test_a_candidate_in_which_every_request_failed_is_a_regression_not_bad_input(sim_runs, tmp_path):
+    """Null latencies because nothing completed are a measurement (exit 1); the same nulls in a run
+    that completed requests stay bad input (exit 2)."""
+    summary = json.loads((sim_runs / "a" / "summary.json").read_text())
+    failed = json.loads(json.dumps(summary))
+    failed.update(requests_completed=0, requests_failed=failed["requests_total"])
+    for key, value in failed.items():
+        if isinstance(value, dict) and "p90" in value:
+            failed[key] = {k: None for k in value}
+    res = _code("gate", edited_run(sim_runs / "a", tmp_path / "all-failed", failed), "--baseline", sim_runs / "a",
+                "--history", tmp_path / "h")
+    assert res.code == 1 and "requests_failed" in res.out, res.err
+    failed["requests_completed"] = summary["requests_completed"]
+    res = _code("gate", edited_run(sim_runs / "a", tmp_path / "nulls", failed), "--baseline", sim_runs / "a",
+                "--history", tmp_path / "h")
+    assert res.code == 2 and res.one_line, res.err

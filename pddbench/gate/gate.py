@@ -102,6 +102,8 @@ def check_ruled(cand: GateInput, base: GateInput, rules: dict[str, Rule], source
                 why = why_not_number(value)
                 if why is not None:
                     raise InputError(entry.source, f"is {why}; a ruled metric must be a finite number", field=metric)
+                if value is None and side == "candidate" and _nothing_completed(entry.raw):
+                    continue  # every request failed: no latency to judge, which is a regression
                 if value is None and not rule.nullable:
                     raise InputError(entry.source, "is null (no value); a ruled metric must be a finite number "
                                      "(or the rule must say nullable: true)", field=metric)
@@ -195,6 +197,12 @@ def check_outputs(markdown: Path | None, junit: Path | None, json_out: Path | No
         check_out_place(Path(history_dir) / TABLE, "--history", folder=False)
         if (Path(history_dir) / TABLE).exists():
             read_history(history_dir)
+
+
+def _nothing_completed(raw: dict) -> bool:
+    """A run in which every request failed has null latencies: that is measured, not bad input."""
+    total, done = raw.get("requests_total"), raw.get("requests_completed")
+    return done == 0 and isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0
 
 
 def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, markdown: Path | None = None,

@@ -16,21 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pddbench.errors import InputError, UserError
+from pddbench.gate.entry import Entry
 from pddbench.loading import read_json
 
 # summary keys that are facts about the run, not performance: never gated or reported as moved
 NOT_METRICS = ("schema_version", "seed", "sim_wall_s", "provenance", "sla", "engines", "link_calibration",
                "instances", "engine_metrics", "model_dir", "endpoint", "probes", "rate_scale", "sla_holds",
                "schedule_ok", "interrupted", "bracketed")
-
-
-@dataclass
-class Entry:
-    subject: str
-    source: str                 # the file (and point) the values come from
-    raw: dict[str, object]      # dotted name -> the value as read (a mapping is kept as well as its leaves)
-    measured: bool = True       # False: a failed sweep point (only point_failed is gated)
-    strict: bool = True         # a non-finite unruled number is bad input (summaries) or no value (sweep cells)
 
 
 @dataclass

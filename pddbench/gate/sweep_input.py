@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from pddbench.errors import InputError, UserError
+from pddbench.gate.entry import Entry
 
 NOT_METRICS = {"point", "repeat", "seed", "key", "status", "error"}
 
@@ -42,7 +43,6 @@ def _cell(value):
 
 def load_sweep(path: Path) -> dict:
     """The sweep's points as GateInput's keyword arguments (inputs.py builds the GateInput)."""
-    from pddbench.gate.inputs import Entry
     from pddbench.loading import read_json
 
     if not (path / "points.parquet").is_file() or not (path / "sweep.json").is_file():
