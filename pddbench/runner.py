@@ -41,7 +41,8 @@ def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
                         cost_per_hour=facts["cost_per_hour"])
     summary.update({
         "scenario": sc.name, "runtime": "sim", "seed": sc.seed,
-        "offered_rps": None, "sim_events": facts["sim_events"], "instances": facts["instances"],
+        "offered_rps": None, "sim_events": facts["sim_events"], "sim_events_by_kind": facts["sim_events_by_kind"],
+        "instances": facts["instances"],
         "interrupted": facts["interrupted"],
         "sim_wall_s": round(wall_s, 3),  # with provenance, the fields that differ between identical runs
         "provenance": provenance(),

@@ -30,7 +30,8 @@ for name, overrides in json.loads(sys.argv[1]):
     records, facts = simulate(load_scenario(name, overrides))
     buf = io.StringIO()
     records.to_csv(buf, index=False)
-    print(name, hashlib.sha256(buf.getvalue().encode()).hexdigest(), facts["sim_events"])
+    print(name, hashlib.sha256(buf.getvalue().encode()).hexdigest(), facts["sim_events"],
+          json.dumps(facts["sim_events_by_kind"]))
 print("compiled", sum(not sys.modules[m].__file__.endswith(".py") for m in COMPILED if m in sys.modules))
 """
 # the handoff modes, a PD baseline, and the live twin (calibrated steps, core sharing, replayed links)

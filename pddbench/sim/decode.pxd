@@ -52,4 +52,4 @@ cdef class DecodeInstance:
     cpdef tuple stop(self, DecodeJob job)
     @cython.locals(n=Py_ssize_t, kv=Py_ssize_t, pause=double, t_b=double, s_b=Py_ssize_t, finished=list)
     cpdef double extend_pause(self, Py_ssize_t tokens)
-    cpdef _on_finish_event(self, Py_ssize_t version)
+    cpdef _on_decode_finish(self, Py_ssize_t version)

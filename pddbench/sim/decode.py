@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any, Callable
 
 from pddbench.cache import PrefixCache
-from pddbench.sim.engine import EventLoop
+from pddbench.sim.engine import DECODE_FINISH, EventLoop
 from pddbench.sim.latency import LatencyModel
 
 
@@ -194,7 +194,8 @@ class DecodeInstance:
         while self._finish_heap and self._finish_heap[0][2].stopped:
             heapq.heappop(self._finish_heap)  # stopped (handed-off) jobs never finish here
         if self._finish_heap:
-            self.loop.at(self._step_end_ms(self._finish_heap[0][0]), self._on_finish_event, self._version)
+            self.loop.schedule(DECODE_FINISH, self._step_end_ms(self._finish_heap[0][0]), self._on_decode_finish,
+                               self._version)
         if self.core is not None and was_busy != bool(n) and not self.receiving:
             self.core.changed(self)  # last: this instance is consistent if a sharer's change calls back
 
@@ -289,7 +290,7 @@ class DecodeInstance:
         if self.cache is not None:
             self.cache.insert(job.req.hash_ids)  # last use: refresh the prompt's recency
 
-    def _on_finish_event(self, version: int) -> None:
+    def _on_decode_finish(self, version: int) -> None:
         if version == self._version:
             self._change()
 

@@ -14,6 +14,8 @@ from pddbench.policy import pdd as policy
 from pddbench.scenario import Scenario
 from pddbench.sim.cluster import Cluster
 from pddbench.sim.decode import DecodeInstance, DecodeJob
+from pddbench.sim.engine import (CATCH_UP_ROUND, CATCH_UP_TOKENS, HANDOFF, KV_ARRIVED, KV_AT_BUSY_DECODER,
+                                 MD_KV_ARRIVED, PULL_START, RELAY_KV_ARRIVED)
 from pddbench.sim.link import Transfer
 from pddbench.sim.request import SimRequest
 
@@ -37,15 +39,16 @@ class Deployment:
         `kv_pull_at_decode_step` when `into` next runs its scheduler (the pull is its own work)."""
         at = into.next_step_end_ms() if self.pull_at_step else self.loop.now
         if at > self.loop.now:
-            self.loop.at(at, start, *args)
+            self.loop.schedule(PULL_START, at, start, *args)
         else:
             start(*args)
 
-    def pull(self, into: DecodeInstance, link, nbytes: int, on_arrival, *args) -> None:
-        """Send `nbytes` of KV over `link` to `into` when it begins the pull."""
-        self.when_decoder_pulls(into, self._send, into, link, nbytes, on_arrival, args)
+    def pull(self, into: DecodeInstance, link, nbytes: int, arrival: int, on_arrival, *args) -> None:
+        """Send `nbytes` of KV over `link` to `into` when it begins the pull; on_arrival(*args) is
+        the event of kind `arrival` (engine.py) once the KV is there."""
+        self.when_decoder_pulls(into, self._send, into, link, nbytes, arrival, on_arrival, args)
 
-    def _send(self, into: DecodeInstance, link, nbytes: int, on_arrival, args: tuple):
+    def _send(self, into: DecodeInstance, link, nbytes: int, arrival: int, on_arrival, args: tuple):
         """Start the transfer now; a decoder that is running a batch receives it
         `kv_pull_busy_extra_ms` later (a relay: `kv_pull_relay_busy_extra_ms`). Returns the link's
         Transfer."""
@@ -54,8 +57,11 @@ class Deployment:
             into.pull_started()
             on_arrival, args = _pull_done, (into, on_arrival, args)
         if extra_ms and into.running:
-            return link.send(nbytes, self.loop.after, extra_ms, on_arrival, *args)
-        return link.send(nbytes, on_arrival, *args)
+            return link.send_as(KV_AT_BUSY_DECODER, nbytes, self._kv_at_busy_decoder, extra_ms, arrival, on_arrival, args)
+        return link.send_as(arrival, nbytes, on_arrival, *args)
+
+    def _kv_at_busy_decoder(self, extra_ms: float, arrival: int, on_arrival, args: tuple) -> None:
+        self.loop.schedule_after(arrival, extra_ms, on_arrival, *args)
 
     # -- shared steps ---------------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
@@ -75,10 +81,10 @@ class PD(Deployment):
         nbytes = self.transfer_bytes(req.input_tokens - req.decode_cached_tokens)
         if self.kind == "cross_dc_pd":
             req.wan_kv_bytes = nbytes
-            self.pull(d, self.c.wan, nbytes, self._kv_arrived, req, d, True)
+            self.pull(d, self.c.wan, nbytes, KV_ARRIVED, self._kv_arrived, req, d, True)
         else:
             req.rdma_kv_bytes = nbytes
-            self.pull(d, self.c.rdma[p_index], nbytes, self._kv_arrived, req, d, False)
+            self.pull(d, self.c.rdma[p_index], nbytes, KV_ARRIVED, self._kv_arrived, req, d, False)
 
     def _kv_arrived(self, req: SimRequest, d: DecodeInstance, over_wan: bool) -> None:
         if over_wan:
@@ -103,7 +109,7 @@ class PDD(Deployment):
         req.pipeline = pipeline
         if pipeline == "p_md":
             req.wan_kv_bytes = wan_bytes
-            self.pull(md, self.c.wan, wan_bytes, self._md_kv_only, req, md, now)
+            self.pull(md, self.c.wan, wan_bytes, KV_ARRIVED, self._kv_arrived_at_md, req, md, now)
             return
         # Relay path: the KV goes to that relay over RDMA.
         req.rdma_kv_bytes = self.transfer_bytes(req.input_tokens)
@@ -128,7 +134,7 @@ class PDD(Deployment):
                     req, tail, lambda _r: self.when_decoder_pulls(md, self._start_md_pull, state, wan_bytes))
             else:
                 self.when_decoder_pulls(md, self._start_md_pull, state, wan_bytes)
-        self.pull(rld, self.c.rdma[p_index], req.rdma_kv_bytes, self._relay_kv_arrived, state)
+        self.pull(rld, self.c.rdma[p_index], req.rdma_kv_bytes, RELAY_KV_ARRIVED, self._relay_kv_arrived, state)
 
     def _start_md_pull(self, st: "_RelayState", wan_bytes: int) -> None:
         req = st.req
@@ -138,10 +144,10 @@ class PDD(Deployment):
             req.wan_kv_bytes_saved = wan_bytes
             req.wan_kv_bytes -= wan_bytes
             return
-        st.wan_tr = self._send(st.md, self.c.wan, wan_bytes, self._md_kv_arrived, (st,))
+        st.wan_tr = self._send(st.md, self.c.wan, wan_bytes, MD_KV_ARRIVED, self._md_kv_arrived, (st,))
 
     # -- P -> MD --------------------------------------------------------------------------------
-    def _md_kv_only(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
+    def _kv_arrived_at_md(self, req: SimRequest, md: DecodeInstance, sent_ms: float) -> None:
         req.wan_kv_ms = self.loop.now - sent_ms
         _submit(md, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(md)))
 
@@ -213,14 +219,14 @@ class PDD(Deployment):
         st.rounds += 1
         nbytes = policy.handoff_message_bytes(pending)
         req.wan_token_id_bytes += nbytes
-        self.c.wan.send(nbytes, self._catch_up_arrived, st, pending)
+        self.c.wan.send_as(CATCH_UP_TOKENS, nbytes, self._catch_up_tokens_arrived, st, pending)
 
-    def _catch_up_arrived(self, st: "_RelayState", tokens: int) -> None:
+    def _catch_up_tokens_arrived(self, st: "_RelayState", tokens: int) -> None:
         if st.req.done:
             return
         st.handed += tokens
         pause = st.md.extend_pause(tokens)
-        self.loop.after(pause, self._catch_up_round, st)
+        self.loop.schedule_after(CATCH_UP_ROUND, pause, self._catch_up_round, st)
 
     def _final_switch(self, st: "_RelayState") -> None:
         req = st.req
@@ -234,7 +240,7 @@ class PDD(Deployment):
         remaining = produced - st.handed
         nbytes = policy.handoff_message_bytes(remaining)
         req.wan_token_id_bytes += nbytes
-        self.c.wan.send(nbytes, self._handoff_arrived, st, remaining)
+        self.c.wan.send_as(HANDOFF, nbytes, self._handoff_arrived, st, remaining)
 
     def _handoff_arrived(self, st: "_RelayState", extend: int) -> None:
         req = st.req

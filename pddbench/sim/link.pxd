@@ -7,6 +7,7 @@ from pddbench.sim.engine cimport EventLoop
 @cython.final
 cdef class Transfer:
     cdef public object nbytes, on_done, args
+    cdef public Py_ssize_t arrival
     cdef public double target, start_ms
     cdef public bint cancelled, done, queued
 
@@ -31,10 +32,10 @@ cdef class Link:
     @cython.locals(need_bytes=double, up_ms=double)
     cpdef _reschedule(self)
     @cython.locals(eps=double, tr=Transfer)
-    cpdef _on_drain(self, Py_ssize_t version)
+    cpdef _on_link_drain(self, Py_ssize_t version)
     cpdef _serve(self, Transfer tr)
     @cython.locals(tr=Transfer)
     cpdef _serve_next(self)
     cpdef _deliver(self, Transfer tr)
-    cpdef _finish(self, Transfer tr)
+    cpdef _arrive(self, Transfer tr)
     cpdef double _jitter_ms(self)

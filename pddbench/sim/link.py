@@ -23,14 +23,15 @@ from typing import Any, Callable
 from netem.link_model import bytes_per_ms, effective_delay_ms, effective_rate_gbps, predict_transfer_ms
 from netem.profile import LinkProfile
 from netem.sampling import JitterSampler, OutageSchedule
-from pddbench.sim.engine import EventLoop
+from pddbench.sim.engine import LINK_DRAIN, UNNAMED, EventLoop
 
 
 class Transfer:
-    __slots__ = ("nbytes", "target", "start_ms", "on_done", "args", "cancelled", "done", "queued")
+    __slots__ = ("nbytes", "target", "start_ms", "arrival", "on_done", "args", "cancelled", "done", "queued")
 
-    def __init__(self, nbytes: float, target: float, start_ms: float, on_done, args):
+    def __init__(self, nbytes: float, target: float, start_ms: float, arrival: int, on_done, args):
         self.nbytes, self.target, self.start_ms = nbytes, target, start_ms
+        self.arrival = arrival  # the event kind of its arrival (engine.py): what it carries to whom
         self.on_done, self.args = on_done, args
         self.cancelled = False
         self.done = False
@@ -107,9 +108,9 @@ class Link:
             return
         need_bytes = max(0.0, self._heap[0][0] - self.service)
         up_ms = need_bytes * self.active / self.rate_bytes_per_ms  # type: ignore[operator]
-        self.loop.at(self._time_after_uptime(self.loop.now, up_ms), self._on_drain, self._version)
+        self.loop.schedule(LINK_DRAIN, self._time_after_uptime(self.loop.now, up_ms), self._on_link_drain, self._version)
 
-    def _on_drain(self, version: int) -> None:
+    def _on_link_drain(self, version: int) -> None:
         if version != self._version:
             return
         self._advance()
@@ -139,9 +140,9 @@ class Link:
 
     def _deliver(self, tr: Transfer) -> None:
         self.bytes_sent += tr.nbytes
-        self.loop.after(self.delay_ms + self._jitter_ms(), self._finish, tr)
+        self.loop.schedule_after(tr.arrival, self.delay_ms + self._jitter_ms(), self._arrive, tr)
 
-    def _finish(self, tr: Transfer) -> None:
+    def _arrive(self, tr: Transfer) -> None:
         if not tr.cancelled:
             tr.done = True
             tr.on_done(*tr.args)
@@ -151,12 +152,17 @@ class Link:
 
     # -- API ------------------------------------------------------------------------------------
     def send(self, nbytes: float, on_done: Callable[..., Any], *args: Any) -> Transfer:
-        """Start a transfer; on_done(*args) runs when the last byte has arrived."""
+        """send_as() with an UNNAMED arrival (tests, tools)."""
+        return self.send_as(UNNAMED, nbytes, on_done, *args)
+
+    def send_as(self, arrival: int, nbytes: float, on_done: Callable[..., Any], *args: Any) -> Transfer:
+        """Start a transfer; on_done(*args) runs when the last byte has arrived, as an event of
+        kind `arrival` (engine.py: what the transfer carries to whom, e.g. KV_ARRIVED, HANDOFF)."""
         now = self.loop.now
-        tr = Transfer(nbytes, 0.0, now, on_done, args)
+        tr = Transfer(nbytes, 0.0, now, arrival, on_done, args)
         if self._replay is not None:
             self.bytes_sent += nbytes
-            self.loop.after(next(self._replay), self._finish, tr)
+            self.loop.schedule_after(arrival, next(self._replay), self._arrive, tr)
             return tr
         if nbytes <= 0 or self.rate_bytes_per_ms is None:
             self._deliver(tr)

@@ -25,4 +25,4 @@ cdef class PrefillInstance:
                    take=Py_ssize_t, is_tail=bint, step_ms=double)
     cpdef _step(self)
     @cython.locals(job=PrefillJob, take=Py_ssize_t)
-    cpdef _step_done(self, list pieces)
+    cpdef _on_prefill_step(self, list pieces)

@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any, Callable
 
 from pddbench.cache import PrefixCache
-from pddbench.sim.engine import EventLoop
+from pddbench.sim.engine import PREFILL_STEP, EventLoop
 from pddbench.sim.latency import LatencyModel
 
 
@@ -86,9 +86,9 @@ class PrefillInstance:
         step_ms = self.latency.prefill_ms(tokens, attn)
         self.steps += 1
         self.busy_ms += step_ms
-        self.loop.after(step_ms, self._step_done, pieces)
+        self.loop.schedule_after(PREFILL_STEP, step_ms, self._on_prefill_step, pieces)
 
-    def _step_done(self, pieces: list[tuple[PrefillJob, int]]) -> None:
+    def _on_prefill_step(self, pieces: list[tuple[PrefillJob, int]]) -> None:
         for job, take in pieces:
             job.remaining -= take
             job.context += take

@@ -11,7 +11,7 @@ import pandas as pd
 from pddbench.scenario import Scenario
 from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
-from pddbench.sim.engine import EventLoop
+from pddbench.sim.engine import ARRIVAL, EventLoop
 from pddbench.sim.request import SimRequest, records_frame
 from pddbench.workload.source import workload_requests
 from pddbench.workload.trace import Request
@@ -57,15 +57,15 @@ def _simulate(sc: Scenario, reqs: list[Request] | None,
     last_arrival = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / sc.workload.rate_scale
 
     # Arrivals are fed one at a time so the heap holds only what is in flight.
-    def arrive(req: SimRequest) -> None:
+    def on_arrival(req: SimRequest) -> None:
         sim_reqs.append(req)
         deployment.arrive(req)
         nxt = next(arrivals, None)
         if nxt is not None:
-            loop.at(nxt.arrival_ms, arrive, nxt)
+            loop.schedule(ARRIVAL, nxt.arrival_ms, on_arrival, nxt)
 
     first = next(arrivals)
-    loop.at(first.arrival_ms, arrive, first)
+    loop.schedule(ARRIVAL, first.arrival_ms, on_arrival, first)
     interrupted = False
     try:
         loop.run(on_progress=(lambda t: on_progress(t, last_arrival)) if on_progress else None)
@@ -78,6 +78,7 @@ def _simulate(sc: Scenario, reqs: list[Request] | None,
     facts = {
         "cost_per_hour": hardware_cost_per_hour(sc),
         "sim_events": loop.events,
+        "sim_events_by_kind": loop.events_by_kind(),
         "sim_end_ms": loop.now,
         "instances": {
             **{p.name: {"busy_ms": round(p.busy_ms, 3), "steps": p.steps} for p in cluster.prefill},
