@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from pddbench import limits
 from pddbench.errors import UserError
 
 app = typer.Typer(
@@ -63,11 +64,16 @@ def trace_synth_cmd(
     singular_share: float = typer.Option(0.035, "--singular-share", min=0.0, max=1.0,
                                          help="Share of singular flows (very long input, very short output)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output JSONL (default: stdout)."),
+    max_requests: int = typer.Option(limits.MAX_SYNTH_REQUESTS, "--max-requests", min=1,
+                                     help="Refuse more --requests than this (a million take minutes and ~400 MB)."),
 ) -> None:
     """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
+    from pddbench.limits import SYNTH_BYTES_PER_REQUEST, SYNTH_S_PER_REQUEST, check_size
     from pddbench.workload.synth import synth_trace
     from pddbench.workload.trace import write_trace
 
+    check_size("--requests", requests, max_requests, SYNTH_S_PER_REQUEST, f"give --max-requests {requests}",
+               unit=f" (~{requests * SYNTH_BYTES_PER_REQUEST / 1e6:,.0f} MB of JSONL)")
     reqs = synth_trace(requests, seed, target_hist, rate_rps, singular_share, out)
     if out is None:
         for r in reqs:
@@ -88,6 +94,8 @@ def run_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default run folder."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run N times: OUT/repeat-0..N-1 (each a run folder) "
                                "and OUT/repeats.json, for `pddbench gate` on live runs."),
+    max_repeats: int = typer.Option(limits.MAX_REPEATS, "--max-repeats", min=1,
+                                    help="Refuse a --repeat above this (checked before anything runs)."),
 ) -> None:
     """Run a scenario: the simulator, or real vLLM engines for `runtime: live` (scenarios/live/).
     Writes scenario.yaml, records.parquet, summary.json, figures, run.log (live: also engine logs).
@@ -99,7 +107,8 @@ def run_cmd(
     if repeat > 1:
         from pddbench.repeats import run_repeats
 
-        console.print(f"[green]wrote[/] {run_repeats(scenario, set_, results, out, repeat)} ({repeat} repeats)")
+        console.print(f"[green]wrote[/] {run_repeats(scenario, set_, results, out, repeat, max_repeats)} "
+                      f"({repeat} repeats)")
         return
     run_dir = run_scenario(scenario, set_, results, out)
     print_summary(json.loads((run_dir / "summary.json").read_text()))
@@ -110,15 +119,15 @@ def run_cmd(
 def capacity_cmd(
     scenario: Path = typer.Argument(..., help="Scenario YAML."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
-    iterations: int = typer.Option(7, "--iterations", min=1, max=20, help="Bisection steps after bracketing."),
+    iterations: int = typer.Option(7, "--iterations", min=1, help="Bisection steps after bracketing (at most 20)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for capacity.json and capacity.png (default: a new results/<name>-capacity/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     jobs: int = typer.Option(1, "-j", "--jobs", min=0, help="Worker processes (0: all cores). With N > 1, N rates are "
                              "probed per round (k-section); the answer agrees with -j 1 within the search's resolution."),
     ray: bool = typer.Option(False, "--ray", help="Probe on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),
-    probes_per_round: Optional[int] = typer.Option(None, "--probes-per-round", min=1, max=64,
-                                                   help="Rates probed per round (default: the workers)."),
+    probes_per_round: Optional[int] = typer.Option(None, "--probes-per-round", min=1,
+                                                   help="Rates probed per round (default: the workers; at most 64)."),
     min_requests: int = typer.Option(12_000, "--min-requests", min=0, help="Warn when the trace is shorter: short "
                                      "traces overstate capacity in overloaded regimes (0: never warn)."),
 ) -> None:
@@ -157,20 +166,17 @@ def optimize_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for optimize.json and optimize.png (default: a new results/<name>-optimize/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    max_splits: int = typer.Option(limits.MAX_OPTIMIZE_SPLITS, "--max-splits", min=1,
+                                   help="Refuse a budget with more candidate splits than this (counted before any "
+                                   "is measured; each is a capacity search)."),
 ) -> None:
     """Find the instance split with the highest throughput within SLA at an equal chip budget."""
-    from pddbench.errors import UserError
-    from pddbench.optimize import run_optimize
+    from pddbench.optimize import parse_sizes, run_optimize
 
-    try:
-        size_list = [int(x) for x in sizes.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--sizes {sizes}: expected whole numbers, e.g. 7,8") from None
-    if not size_list or min(size_list) < 1:
-        raise UserError(f"--sizes {sizes}: expected chips per instance of at least 1")
-    result, folder = run_optimize(scenario, set_, budget, size_list, out, results, jobs, iterations,
+    result, folder = run_optimize(scenario, set_, budget, parse_sizes(sizes), out, results, jobs, iterations,
                                   coarse_requests or None, refine_top,
-                                  on_stage=lambda msg: console.print(f"  {msg}", highlight=False))
+                                  on_stage=lambda msg: console.print(f"  {msg}", highlight=False),
+                                  max_splits=max_splits)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -191,6 +197,9 @@ def sweep_cmd(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Finish an earlier sweep in this folder: points "
                                           "finished there are skipped (failed ones run again)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+    max_points: int = typer.Option(limits.MAX_SWEEP_POINTS, "--max-points", min=1,
+                                   help="Refuse a sweep of more points (axes product x repeats, counted before "
+                                   "any is built) than this."),
 ) -> None:
     """Run a scenario over a grid of settings: every point is validated first, then simulated
     (`measure: run`) or capacity-searched (`measure: capacity`) on a process pool or Ray. Writes
@@ -202,7 +211,7 @@ def sweep_cmd(
         raise UserError(f"'{address}': a second argument is a Ray address and needs --ray")
     if out is not None and resume is not None:
         raise UserError("--out and --resume: give one (--resume writes into the earlier sweep's folder)")
-    folder = run_sweep(sweep_file, out, resume, jobs or None, (address or "") if ray else None, results)
+    folder = run_sweep(sweep_file, out, resume, jobs or None, (address or "") if ray else None, results, max_points)
     console.print(f"[green]wrote[/] {folder} (points.parquet, summary.md)")
 
 

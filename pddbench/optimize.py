@@ -16,70 +16,214 @@ engine's executor (the same search as `pddbench capacity`, steady-state criterio
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Callable
 
 from pddbench.errors import UserError
+from pddbench.limits import (DEFAULT_REQUESTS, MAX_OPTIMIZE_SIZES, MAX_OPTIMIZE_SPLITS, SIM_S_PER_REQUEST,
+                             capacity_probes, check_size, duration, nominal_requests)
 from pddbench.scenario import ROLES_OF_KIND, Scenario
 from pddbench.sweep.executors import Executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
 
-MAX_CANDIDATES = 500
+MAX_CANDIDATES = MAX_OPTIMIZE_SPLITS  # the default; `optimize --max-splits` raises it
+MAX_CHIPS_PER_INSTANCE = 4096  # the scenario's own bound on deployment.<pool>.chips_per_instance
 SHORT = {"prefill": "P", "decode": "D", "relay": "RLD", "main": "MD"}
 
 
+def parse_sizes(text: str) -> list[int]:
+    """--sizes '7,8' -> [7, 8]: whole numbers of chips per instance within the scenario's bound,
+    at most MAX_OPTIMIZE_SIZES distinct (each size multiplies the splits to count)."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        sizes = [int(x) for x in parts]
+    except ValueError:
+        raise UserError(f"--sizes {text}: expected whole numbers, e.g. 7,8") from None
+    if not sizes or min(sizes) < 1:
+        raise UserError(f"--sizes {text}: expected chips per instance of at least 1")
+    if max(sizes) > MAX_CHIPS_PER_INSTANCE:
+        raise UserError(f"--sizes {text}: {max(sizes)} chips per instance is more than a pool allows "
+                        f"({MAX_CHIPS_PER_INSTANCE})")
+    check_size("--sizes gives", len(set(sizes)), MAX_OPTIMIZE_SIZES, None, None, unit=" distinct sizes")
+    return sizes
+
+
 def parse_budget(text: str, sc: Scenario) -> dict[str, int]:
-    """'A=43,B=32' -> {A: 43, B: 32}; a bare number is the budget of the one chip kind the pools use."""
+    """'A=43,B=32' -> {A: 43, B: 32}; a bare number is the budget of the one chip kind the pools use.
+    Each chip the pools use once, with a whole number of at least 1; a chip named twice or not used
+    by the scenario's pools is refused, naming it."""
     chips = {p.chip for p in sc.deployment.pools().values() if p is not None}
     out: dict[str, int] = {}
-    for part in (x.strip() for x in text.split(",") if x.strip()):
-        name, _, num = part.rpartition("=")
-        if not name:
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts:
+        raise UserError(f"--budget {text!r}: give chips per chip kind, e.g. " + ",".join(f"{c}=88" for c in sorted(chips)))
+    for part in parts:
+        name, eq, num = part.partition("=")
+        if not eq:
             if len(chips) != 1:
                 raise UserError(f"--budget {text}: the pools use chips {sorted(chips)}; give one budget each, e.g. "
                                 + ",".join(f"{c}=N" for c in sorted(chips)))
-            name = next(iter(chips))
+            name, num = next(iter(chips)), part
+        name = name.strip()
+        if not name:
+            raise UserError(f"--budget {text}: '{part}' names no chip (write CHIP=N, e.g. A=88)")
+        if name not in chips:
+            raise UserError(f"--budget {text}: chip {name} is not used by the scenario's pools (they use "
+                            f"{', '.join(sorted(chips))})")
+        if name in out:
+            raise UserError(f"--budget {text}: chip {name} is given twice; give each chip's budget once")
         try:
-            out[name.strip()] = int(num)
+            out[name] = int(num.strip())
         except ValueError:
-            raise UserError(f"--budget {text}: '{num}' is not a whole number of chips") from None
+            raise UserError(f"--budget {text}: '{num.strip()}' is not a whole number of chips") from None
+        if out[name] < 1:
+            raise UserError(f"--budget {text}: chip {name} needs a budget of at least 1 chip, not {out[name]}")
     missing = chips - set(out)
     if missing:
         raise UserError(f"--budget {text}: no budget for chip(s) {sorted(missing)} the deployment uses")
     return out
 
 
-def _group(roles: list[str], budget: int, sizes: list[int]) -> list[dict]:
-    """Maximal splits of one chip kind's budget over `roles`: each role >= 1 instance of a size in
-    `sizes`, total <= budget, and no role could take one more instance."""
-    out = []
-    for sz in itertools.product(sizes, repeat=len(roles)):
-        def counts(i: int, left: int):
-            if i == len(roles):
-                yield ()
-                return
-            for n in range(1, left // sz[i] + 1):
-                for rest in counts(i + 1, left - n * sz[i]):
-                    yield (n, *rest)
-        for ns in counts(0, budget):
-            left = budget - sum(n * s for n, s in zip(ns, sz))
-            if left < min(sz):
-                out.append({r: {"instances": n, "chips_per_instance": s} for r, n, s in zip(roles, ns, sz)})
-    return out
+# -- counting splits arithmetically ------------------------------------------------------------
+# A split of one chip kind's budget B over roles with sizes s_1..s_k is maximal when each role has
+# n_i >= 1 instances, sum(n_i * s_i) <= B and the chips left are fewer than min(s): no role could
+# take one more instance. Then the last role takes all it can (n_k = rest // s_k), so a split is
+# fixed by n_1..n_{k-1}. Counting never lists splits: a budget of 10**9 chips is counted in
+# microseconds, and enumeration only starts once the count is within the limit.
+
+def _floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """sum(floor((a*i + b) / m) for i in range(n)), for a, b >= 0, m >= 1 (the classic O(log) sum)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += (n * (n - 1) // 2) * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            break
+        n, b, m, a = y_max // m, y_max % m, a, m
+    return total
 
 
-def candidate_splits(sc: Scenario, budget: dict[str, int], sizes: list[int]) -> list[dict]:
-    """Every maximal split, in a fixed order (the product over chip kinds, sorted by name)."""
+def _count_two(rest: int, s1: int, s2: int, m: int) -> int:
+    """Maximal splits of `rest` chips over two roles of sizes s1, s2 (m = the smallest size of the
+    whole split): n1 in [1, N] with (rest - n1*s1) mod s2 < m, N = (rest - s2) // s1."""
+    n = (rest - s2) // s1
+    if n < 1:
+        return 0
+    # [x mod s2 < m] = floor(x / s2) - floor((x - m) / s2) for 0 < m <= s2; x = rest - n1*s1, taken
+    # in reverse (i = N - n1) and lifted by a multiple of s2 so every term is >= 0 (it cancels).
+    low = rest - n * s1  # x at n1 = N
+    lift = s2 * (-(-(m - low) // s2) if m > low else 0)
+    base = low + lift
+    return _floor_sum(n, s2, s1, base) - _floor_sum(n, s2, s1, base - m)
+
+
+def _count_group(sizes: tuple[int, ...], rest: int, m: int, cap: int) -> int:
+    """Maximal splits of `rest` chips over roles of these sizes; stops counting past `cap`."""
+    if len(sizes) == 1:
+        n = rest // sizes[0]
+        return int(n >= 1 and rest - n * sizes[0] < m)
+    if len(sizes) == 2:
+        return _count_two(rest, sizes[0], sizes[1], m)
+    total, need = 0, sum(sizes[1:])
+    for n1 in range(1, (rest - need) // sizes[0] + 1):
+        total += _count_group(sizes[1:], rest - n1 * sizes[0], m, cap - total)
+        if total > cap:
+            break
+    return total
+
+
+def _groups(sc: Scenario) -> list[tuple[str, list[str]]]:
     roles = ROLES_OF_KIND[sc.deployment.kind]
     by_chip: dict[str, list[str]] = {}
     for r in roles:
         by_chip.setdefault(getattr(sc.deployment, r).chip, []).append(r)
-    groups = [_group(rs, budget[c], sizes) for c, rs in sorted(by_chip.items())]
-    out = [{k: v for g in combo for k, v in g.items()} for combo in itertools.product(*groups)]
-    if not out:
+    return sorted(by_chip.items())
+
+
+def count_splits(sc: Scenario, budget: dict[str, int], sizes: list[int], cap: int) -> tuple[int, bool]:
+    """The number of candidate splits (the product over chip kinds of each kind's maximal splits),
+    counted arithmetically, and whether it is exact: three or more roles on one chip kind are
+    counted only until they pass `cap` (then the number is a lower bound, already past it)."""
+    sizes = sorted(set(sizes))
+    total, exact = 1, True
+    for chip, roles in _groups(sc):
+        group = 0
+        for sz in itertools.product(sizes, repeat=len(roles)):
+            if sum(sz) <= budget[chip]:
+                group += _count_group(sz, budget[chip], min(sz), cap - group)
+            if len(roles) > 2 and group > cap:  # one and two roles count exactly in O(size)
+                exact = False
+                break
+        total *= group
+    return total, exact
+
+
+def _last_two(left: int, s_a: int, s_b: int, m: int) -> list[tuple[int, int]]:
+    """Maximal (n_a, n_b) for the last two roles, by increasing n_a. The valid n_a repeat with
+    period s_b / gcd(s_a, s_b), so only one period is tested and the rest stepped over."""
+    n_max = (left - s_b) // s_a
+    if n_max < 1:
+        return []
+    period = s_b // math.gcd(s_a, s_b)
+    starts = [n for n in range(1, min(n_max, period) + 1) if (left - n * s_a) % s_b < m]
+    return [(n, (left - n * s_a) // s_b) for n in sorted(n for n0 in starts for n in range(n0, n_max + 1, period))]
+
+
+def _group(roles: list[str], budget: int, sizes: list[int]) -> list[dict]:
+    """Maximal splits of one chip kind's budget over `roles`: each role >= 1 instance of a size in
+    `sizes`, total <= budget, and no role could take one more instance. Called once the count is
+    within the limit; the last role's count is computed, not searched."""
+    out = []
+    for sz in itertools.product(sizes, repeat=len(roles)):
+        if sum(sz) > budget:
+            continue
+        m = min(sz)
+
+        def counts(i: int, left: int):
+            if i == len(roles) - 1:
+                n = left // sz[i]
+                if n >= 1 and left - n * sz[i] < m:
+                    yield (n,)
+                return
+            if i == len(roles) - 2:
+                yield from _last_two(left, sz[i], sz[i + 1], m)
+                return
+            for n in range(1, (left - sum(sz[i + 1:])) // sz[i] + 1):
+                for rest in counts(i + 1, left - n * sz[i]):
+                    yield (n, *rest)
+        for ns in counts(0, budget):
+            out.append({r: {"instances": n, "chips_per_instance": s} for r, n, s in zip(roles, ns, sz)})
+    return out
+
+
+def check_split_count(sc: Scenario, budget: dict[str, int], sizes: list[int], max_splits: int = MAX_CANDIDATES,
+                      per_split_s: float | None = None, work: str = "") -> int:
+    """The number of candidate splits, counted arithmetically; refused when none fits or when past
+    `max_splits` (with the estimate `per_split_s` each, when given)."""
+    n, exact = count_splits(sc, budget, sizes, max_splits)
+    if n == 0:
         raise UserError(f"no split fits the budget {budget} with chips per instance {sizes} "
                         f"(every pool of {sc.deployment.kind} needs at least one instance)")
-    if len(out) > MAX_CANDIDATES:
-        raise UserError(f"{len(out)} candidate splits (more than {MAX_CANDIDATES}): use fewer --sizes or a smaller budget")
+    check_size(f"--budget {','.join(f'{c}={b}' for c, b in sorted(budget.items()))} with --sizes "
+               f"{','.join(map(str, sorted(set(sizes))))} gives{'' if exact else ' at least'}", n, max_splits,
+               per_split_s,
+               "give --max-splits N (or fewer --sizes, a smaller budget)", work, unit=" candidate splits")
+    return n
+
+
+def candidate_splits(sc: Scenario, budget: dict[str, int], sizes: list[int],
+                     max_splits: int = MAX_CANDIDATES) -> list[dict]:
+    """Every maximal split, in a fixed order (the product over chip kinds, sorted by name); their
+    number is counted first and refused past `max_splits`."""
+    check_split_count(sc, budget, sizes, max_splits)
+    roles = ROLES_OF_KIND[sc.deployment.kind]
+    groups = [_group(rs, budget[c], sorted(set(sizes))) for c, rs in _groups(sc)]
+    out = [{k: v for g in combo for k, v in g.items()} for combo in itertools.product(*groups)]
     return [{r: s[r] for r in roles} for s in out]
 
 
@@ -123,9 +267,9 @@ def _brief(cap: dict) -> dict:
 
 def optimize(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: Executor, iterations: int = 7,
              requests: int | None = None, coarse_requests: int | None = None, refine_top: int = 3,
-             on_stage: Callable[[str], None] | None = None) -> dict:
+             on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES) -> dict:
     """Measure the candidates (coarse first when asked) and return optimize.json's content."""
-    splits = candidate_splits(sc, budget, sorted(set(sizes)))
+    splits = candidate_splits(sc, budget, sorted(set(sizes)), max_splits)
     rows = [{"label": label(s), "split": s, "chips": chips_used(sc, s), "coarse": None, "full": None} for s in splits]
     coarse = coarse_requests if coarse_requests and (requests is None or coarse_requests < requests) else None
     chosen = list(range(len(rows)))
@@ -157,8 +301,10 @@ def optimize(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: E
 
 def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], out, results, jobs: int = 1,
                  iterations: int = 7, coarse_requests: int | None = None, refine_top: int = 3,
-                 on_stage: Callable[[str], None] | None = None):
-    """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/."""
+                 on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES):
+    """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/.
+    The budget is parsed and its splits counted (refused past `max_splits`, with an estimate)
+    before the workload is generated or any folder claimed."""
     from pddbench.capacity import check_capacity_workload
     from pddbench.io import check_out_options, run_folder, write_json
     from pddbench.provenance import provenance
@@ -172,11 +318,20 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
     if sc.deployment is None or sc.deployment.kind not in ROLES_OF_KIND:
         raise UserError(f"{scenario}: optimize needs a simulated deployment ({', '.join(ROLES_OF_KIND)})")
     chips = parse_budget(budget, sc)
+    stated = nominal_requests(sc.workload.model_dump(mode="json")) or DEFAULT_REQUESTS
+    measured = min(coarse_requests, stated) if coarse_requests else stated
+    probes = capacity_probes(iterations)
+    per_split = probes * measured * SIM_S_PER_REQUEST
+    n_splits = check_split_count(sc, chips, sizes, max_splits, per_split,
+                                 f"a capacity search of ~{probes} probes on ~{measured:,} requests")
+    if on_stage:
+        on_stage(f"{n_splits} candidate splits: {duration(n_splits * per_split)} of simulation on one core "
+                 f"(~{probes} probes on ~{measured:,} requests each)")
     check_capacity_workload(sc, str(scenario))
     n = len(workload_requests(sc))
     with run_folder(out, results, f"{sc.name}-optimize") as folder:
         with make_executor(jobs or None, None) as ex:
-            result = optimize(sc, chips, sizes, ex, iterations, n, coarse_requests, refine_top, on_stage)
+            result = optimize(sc, chips, sizes, ex, iterations, n, coarse_requests, refine_top, on_stage, max_splits)
         result["provenance"] = provenance()
         write_json(folder.path / "optimize.json", result)
         optimize_figure(result, folder.path / "optimize.png")

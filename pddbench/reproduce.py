@@ -345,8 +345,10 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     from pddbench.report.ledger_report import report_html, report_markdown
     from pddbench.report.ledger_report import update_readme as write_readme
     from pddbench.report.sensitivity import describe_map
+    from pddbench.sweep.executors import check_ray_option
 
     cfg = Settings.make(full, jobs, ray, requests, seeds)
+    check_ray_option(ray)  # an unreachable --ray cluster: one line, before the run folder is made
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
     traces = analyse_traces(out, cfg)

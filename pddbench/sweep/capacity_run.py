@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from pathlib import Path
 from typing import Callable
 
 from pddbench.capacity import MIN_REQUESTS, ProbeMany, search_capacity
+from pddbench.errors import UserError
+from pddbench.limits import (DEFAULT_REQUESTS, MAX_CAPACITY_ITERATIONS, MAX_PROBES_PER_ROUND, SIM_S_PER_REQUEST,
+                             capacity_probes, duration, nominal_requests)
 from pddbench.scenario import Scenario
 from pddbench.sweep.executors import Executor, make_executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
@@ -29,9 +34,10 @@ def executor_prober(sc: Scenario, executor: Executor) -> ProbeMany:
 
 def parallel_search(sc: Scenario, executor: Executor, iterations: int = 7, probes_per_round: int | None = None,
                     on_step: Callable[[dict], None] | None = None, min_requests: int = MIN_REQUESTS) -> dict:
-    """k-section with k = probes_per_round (default: the executor's workers)."""
+    """k-section with k = probes_per_round (default: the executor's workers, at most
+    MAX_PROBES_PER_ROUND: more rates per round only add probes)."""
     return search_capacity(sc, iterations, on_step, executor_prober(sc, executor),
-                           probes_per_round or executor.workers, min_requests)
+                           probes_per_round or min(executor.workers, MAX_PROBES_PER_ROUND), min_requests)
 
 
 def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, out: Path | None, results: Path,
@@ -47,13 +53,36 @@ def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, ou
 
     check_out_options(out, results)
     sc = load_scenario(scenario, overrides)
+    check_search_size(sc, iterations, probes_per_round)
     check_capacity_workload(sc, str(scenario))
-    with run_folder(out, results, f"{sc.name}-capacity") as folder:  # Ctrl-C or an error: nothing kept
-        if jobs == 1 and ray is None and (probes_per_round or 1) == 1:
-            result = search_capacity(sc, iterations, on_step=on_step, min_requests=min_requests)
-        else:
-            with make_executor(jobs or None, ray) as ex:
+    inline = jobs == 1 and ray is None and (probes_per_round or 1) == 1
+    # the executor first: a Ray head that does not answer is refused before any folder is claimed
+    with contextlib.nullcontext() if inline else make_executor(jobs or None, ray) as ex:
+        with run_folder(out, results, f"{sc.name}-capacity") as folder:  # Ctrl-C or an error: nothing kept
+            if getattr(ex, "log_path", None) is not None:  # Ray's output while connecting, kept with the run
+                shutil.move(str(ex.log_path), str(folder.path / "ray.log"))
+                ex.log_path = folder.path / "ray.log"
+            if inline:
+                result = search_capacity(sc, iterations, on_step=on_step, min_requests=min_requests)
+            else:
                 result = parallel_search(sc, ex, iterations, probes_per_round, on_step, min_requests)
-        write_json(folder.path / "capacity.json", result)
-        capacity_figure(result, folder.path / "capacity.png")
+            write_json(folder.path / "capacity.json", result)
+            capacity_figure(result, folder.path / "capacity.png")
     return result, folder.path
+
+
+def check_search_size(sc: Scenario, iterations: int, probes_per_round: int | None) -> None:
+    """--iterations and --probes-per-round against their stated limits, before any request is
+    generated; the refusal states the search's simulated work."""
+    k = probes_per_round or 1
+    n = nominal_requests(sc.workload.model_dump(mode="json")) or DEFAULT_REQUESTS
+    probes = capacity_probes(iterations, k)
+    work = (f"that search is ~{probes:,} probes on ~{n:,} requests = ~{probes * n:,} simulated requests, "
+            f"{duration(probes * n * SIM_S_PER_REQUEST)} of simulation")
+    if iterations > MAX_CAPACITY_ITERATIONS:
+        raise UserError(f"--iterations {iterations:,} is more than the limit of {MAX_CAPACITY_ITERATIONS} ({work}); "
+                        f"the limit is fixed: {MAX_CAPACITY_ITERATIONS} steps already narrow the bracket to "
+                        f"2**-{MAX_CAPACITY_ITERATIONS} of its width")
+    if k > MAX_PROBES_PER_ROUND:
+        raise UserError(f"--probes-per-round {k:,} is more than the limit of {MAX_PROBES_PER_ROUND} ({work}); give "
+                        f"--probes-per-round {MAX_PROBES_PER_ROUND} or fewer")

@@ -37,10 +37,18 @@ def ship_scenario(sc: Scenario, cache: dict | None = None) -> tuple[dict, dict[s
     cache = {} if cache is None else cache
     data = sc.model_dump(mode="json")
     for name in ("wan", "rdma"):
-        try:
-            data["network"][name] = getattr(sc.network, f"{name}_profile")().model_dump(mode="json")
-        except UserError as exc:
-            raise InputError("scenario", str(exc), field=f"network.{name}") from None
+        ref = getattr(sc.network, name)
+        key = ("profile", ref) if isinstance(ref, str) else None  # a named profile file: read once per cache
+        if key is None or key not in cache:
+            try:
+                dumped = getattr(sc.network, f"{name}_profile")().model_dump(mode="json")
+            except UserError as exc:
+                raise InputError("scenario", str(exc), field=f"network.{name}") from None
+            if key is None:
+                data["network"][name] = dumped
+                continue
+            cache[key] = json.dumps(dumped)
+        data["network"][name] = json.loads(cache[key])
     blobs: dict[str, bytes] = {}
     for section, key, _ in FILE_FIELDS:
         path = data[section].get(key)

@@ -22,19 +22,22 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from pddbench.errors import InputError, UserError
+from pddbench.limits import (DEFAULT_REQUESTS, MAX_SWEEP_POINTS, SIM_S_PER_REQUEST, VALIDATE_S_PER_POINT,
+                             capacity_probes, check_size, count_text, nominal_requests)
 from pddbench.loading import load_yaml, read_text
 from pddbench.scenario import (Scenario, _clean_loc, _clean_msg, _numbers, _read_yaml, _resolve_beside, _where,
                                _yaml_line)
 from pddbench.shipped import resolve_scenario, resolve_sweep
 from pddbench.sweep.payload import FILE_FIELDS, ship_scenario
 
-MAX_POINTS = 100_000
+MAX_POINTS = MAX_SWEEP_POINTS  # the default; `sweep --max-points` raises it
 SEED_PATHS = ("seed", "workload.synth.seed")  # set by the repeat number
 
 
@@ -56,14 +59,6 @@ class SweepFile(_Strict):
     axes: dict[str, Any] = Field(default_factory=dict)
     capacity: CapacityOptions = Field(default_factory=CapacityOptions)
     plot: list[str] | None = Field(None, description="metrics to draw (default: the measure's main metrics)")
-
-
-class RangeAxis(_Strict):
-    range: tuple[float, float, float]
-
-
-class LinspaceAxis(_Strict):
-    linspace: tuple[float, float, int]
 
 
 @dataclass
@@ -96,7 +91,20 @@ class Sweep:
         return {"file": str(self.path), "name": self.name, "base": str(self.base),
                 "measure": self.spec.measure, "repeats": self.spec.repeats,
                 "capacity": self.spec.capacity.model_dump() if self.spec.measure == "capacity" else None,
-                "set": self.spec.set, "axes": self.axis_values, "points": len(self.points)}
+                "set": self.spec.set, "axes": self.axis_values, "points": len(self.points),
+                "spec_hash": self.spec_hash}
+
+    @property
+    def spec_hash(self) -> str:
+        """The sweep's identity as resolved: canonical JSON of its measure, axes (in order) and every
+        point's key, which hashes the point's resolved scenario (base, set, axes, repeat seed), the
+        measure and the search steps. The file's name and place are not part of it, its content is."""
+        ident = {"measure": self.spec.measure, "repeats": self.spec.repeats,
+                 "capacity": self.spec.capacity.model_dump() if self.spec.measure == "capacity" else None,
+                 "axes": [[p, self.axis_values[p]] for p in self.axis_names],
+                 "points": [[p.index, p.repeat, p.key] for p in self.points]}
+        text = json.dumps(ident, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 class _Loc:
@@ -115,34 +123,69 @@ def _num(x: float) -> int | float:
     return int(x) if x.is_integer() else x
 
 
-def _axis_values(value: Any, loc: tuple, where: _Loc) -> list:
+@dataclass
+class Axis:
+    """One axis as written: how many values it has (counted, never built) and how to build them."""
+    count: int
+    build: Callable[[], list]
+
+
+_AXIS_FIELDS = {"range": ("start", "stop", "step"), "linspace": ("start", "stop", "count")}
+
+
+def _number(x: Any, kind: str, name: str, loc: tuple, where: _Loc) -> int | float:
+    """A bound as a finite number. YAML 1.1 reads 1e9 (no dot) as text: numeric text is a number."""
+    if isinstance(x, str):
+        try:
+            x = float(x)
+        except ValueError:
+            pass
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise where.error(loc + (kind, name), f"{kind} {name} must be a number, got {x!r}")
+    if not math.isfinite(x):
+        raise where.error(loc + (kind, name), f"{kind} {name} must be a finite number, got {x}")
+    return x
+
+
+def _range_count(start: float, stop: float, step: float) -> int:
+    """Values of range [start, stop, step] (stop included when on the grid), without building them;
+    exact for spans past float's range."""
+    q = (stop - start) / step
+    if math.isfinite(q):
+        return math.floor(q + 1e-9) + 1
+    return math.floor((Fraction(stop) - Fraction(start)) / Fraction(step)) + 1
+
+
+def _axis(value: Any, loc: tuple, where: _Loc) -> Axis:
+    """An axis's size and builder; its bounds checked finite and its count computed arithmetically,
+    so a huge axis is refused by its size before any value exists."""
     if isinstance(value, list):
         if not value:
             raise where.error(loc, "an axis needs at least one value")
-        return value
+        return Axis(len(value), lambda: value)
     kind = next(iter(value)) if isinstance(value, dict) and len(value) == 1 else None
-    if kind not in ("range", "linspace"):
+    if kind not in _AXIS_FIELDS:
         raise where.error(loc, "an axis is a list of values, {range: [start, stop, step]} or "
                                "{linspace: [start, stop, count]}")
-    try:
-        spec = (RangeAxis if kind == "range" else LinspaceAxis).model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise where.error(loc + tuple(err["loc"]), err["msg"]) from None
+    names, nums = _AXIS_FIELDS[kind], value[kind]
+    if not isinstance(nums, list) or len(nums) != 3:
+        raise where.error(loc + (kind,), f"{kind} takes three numbers: [{', '.join(names)}]")
+    nums = [_number(x, kind, name, loc, where) for name, x in zip(names, nums)]
     if kind == "range":
-        start, stop, step = spec.range
+        start, stop, step = (float(x) for x in nums)
         if step == 0 or (stop - start) * step < 0:
             raise where.error(loc + ("range",), "step must be non-zero and go from start towards stop")
-        n = math.floor((stop - start) / step + 1e-9) + 1
-        values = [_num(start + i * step) for i in range(n)]
-    else:
-        start, stop, count = spec.linspace
-        if count < 1:
-            raise where.error(loc + ("linspace",), "count must be at least 1")
-        values = [_num(start)] if count == 1 else [_num(start + (stop - start) * i / (count - 1)) for i in range(count)]
-    if len(values) > MAX_POINTS:
-        raise where.error(loc, f"gives {len(values)} values (at most {MAX_POINTS})")
-    return values
+        return Axis(_range_count(start, stop, step), lambda: [_num(start + i * step) for i in
+                                                              range(_range_count(start, stop, step))])
+    start, stop, count = float(nums[0]), float(nums[1]), nums[2]
+    if isinstance(count, float) and not count.is_integer():
+        raise where.error(loc + ("linspace", "count"), f"linspace count must be a whole number, got {count}")
+    count = int(count)
+    if count < 1:
+        raise where.error(loc + ("linspace", "count"), "linspace count must be at least 1")
+    if count == 1:
+        return Axis(1, lambda: [_num(start)])
+    return Axis(count, lambda: [_num(start + (stop - start) * i / (count - 1)) for i in range(count)])
 
 
 def _check_path(path: str, loc: tuple, where: _Loc) -> None:
@@ -152,8 +195,23 @@ def _check_path(path: str, loc: tuple, where: _Loc) -> None:
         raise where.error(loc, f"{path} comes from the repeat number (repeat r uses seed r): use repeats: N")
 
 
-def _dimensions(axes: dict, where: _Loc) -> list[tuple[list[str], list[tuple], list[tuple]]]:
-    """One dimension per axis, or per zip group: (paths, value rows, each path's location)."""
+@dataclass
+class Dimension:
+    """One axis, or one zip group: its paths, their axes (equal counts) and each path's location."""
+    paths: list[str]
+    axes: list[Axis]
+    locs: list[tuple]
+
+    @property
+    def count(self) -> int:
+        return self.axes[0].count
+
+    def rows(self) -> list[tuple]:
+        return list(zip(*[a.build() for a in self.axes]))
+
+
+def _dimensions(axes: dict, where: _Loc) -> list[Dimension]:
+    """One dimension per axis, or per zip group; nothing built yet."""
     dims = []
     for name, value in axes.items():
         if name == "zip":
@@ -165,17 +223,32 @@ def _dimensions(axes: dict, where: _Loc) -> list[tuple[list[str], list[tuple], l
                 cols, locs = [], []
                 for path, vals in group.items():
                     _check_path(str(path), gloc + (path,), where)
-                    cols.append(_axis_values(vals, gloc + (path,), where))
+                    cols.append(_axis(vals, gloc + (path,), where))
                     locs.append(gloc + (path,))
                 for path, col, loc in zip(group, cols, locs):
-                    if len(col) != len(cols[0]):
-                        raise where.error(loc, f"zipped axes need equal lengths: {len(col)} values here, "
-                                               f"{len(cols[0])} for {next(iter(group))}")
-                dims.append(([str(p) for p in group], list(zip(*cols)), locs))
+                    if col.count != cols[0].count:
+                        raise where.error(loc, f"zipped axes need equal lengths: {count_text(col.count)} values "
+                                               f"here, {count_text(cols[0].count)} for {next(iter(group))}")
+                dims.append(Dimension([str(p) for p in group], cols, locs))
         else:
             _check_path(str(name), ("axes", name), where)
-            dims.append(([str(name)], [(v,) for v in _axis_values(value, ("axes", name), where)], [("axes", name)]))
+            dims.append(Dimension([str(name)], [_axis(value, ("axes", name), where)], [("axes", name)]))
     return dims
+
+
+def point_count(dims: list[Dimension], repeats: int) -> int:
+    """Points of the sweep: the product of the dimensions' counts, times the repeats (exact ints)."""
+    return math.prod(d.count for d in dims) * repeats
+
+
+def _point_cost(spec: SweepFile, base_data: dict) -> tuple[float, str]:
+    """Rough seconds one point costs, and what it is, for the refusal's estimate."""
+    n = nominal_requests(base_data.get("workload")) or DEFAULT_REQUESTS
+    if spec.measure == "capacity":
+        probes = capacity_probes(spec.capacity.iterations)
+        return VALIDATE_S_PER_POINT + probes * n * SIM_S_PER_REQUEST, f"a capacity search of ~{probes} probes on " \
+                                                                      f"~{n:,} requests"
+    return VALIDATE_S_PER_POINT + n * SIM_S_PER_REQUEST, f"a run of ~{n:,} requests"
 
 
 def _set_entries(spec: SweepFile, where: _Loc) -> list[tuple[str, Any, tuple]]:
@@ -223,7 +296,9 @@ def point_key(shipped: dict, measure: str, repeat: int, iterations: int | None) 
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_sweep(path: str | Path) -> Sweep:
+def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS) -> Sweep:
+    """Read, validate and resolve a sweep file. Its size (the product of the axes' counts, times the
+    repeats) is checked against `max_points` before any axis value or point is built."""
     path = resolve_sweep(path)
     text = read_text(path, "sweep file")
     where = _Loc(path, text)
@@ -237,17 +312,14 @@ def load_sweep(path: str | Path) -> Sweep:
         raise where.error(_clean_loc(err["loc"]), _clean_msg(err["msg"])) from None
     dims = _dimensions(spec.axes, where)
     entries = _set_entries(spec, where)
-    axis_locs = {p: loc for paths, _, locs in dims for p, loc in zip(paths, locs)}
+    axis_locs = {p: loc for d in dims for p, loc in zip(d.paths, d.locs)}
     for p, _, loc in entries:
         if p in axis_locs:
             raise where.error(loc, f"{p} is also an axis")
-    names = [p for paths, _, _ in dims for p in paths]
+    names = [p for d in dims for p in d.paths]
     dupes = {p for p in names if names.count(p) > 1}
     if dupes:
         raise where.error(axis_locs[sorted(dupes)[0]], "this path is given as two axes")
-    total = math.prod(len(rows) for _, rows, _ in dims) * spec.repeats
-    if total > MAX_POINTS:
-        raise where.error(("axes",), f"the sweep has {total} points (at most {MAX_POINTS})")
 
     base = path.parent / spec.base
     base = base if base.is_file() else resolve_scenario(spec.base)
@@ -259,16 +331,23 @@ def load_sweep(path: str | Path) -> Sweep:
         _resolve_beside(base_data, section, key, base, [])
     for p, value, _ in entries:
         _put(base_data, p, _beside_sweep(p, value, path.parent))
+    total = point_count(dims, spec.repeats)
+    per_point, work = _point_cost(spec, base_data)
+    shape = " x ".join([count_text(d.count) for d in dims] + ([f"{spec.repeats} repeats"] if spec.repeats > 1 else []))
+    check_size("the sweep has", total, max_points, per_point, "give --max-points N (or split the sweep)",
+               work, unit=f" points ({shape})" if len(dims) + (spec.repeats > 1) > 1 else " points",
+               error=lambda msg: where.error(("axes",), msg))
 
+    rows = [d.rows() for d in dims]  # within the limit: now built
     locs = {**{p: loc for p, _, loc in entries}, **axis_locs}
     file_cache: dict = {}
     points: list[Point] = []
-    for index, combo in enumerate(itertools.product(*[rows for _, rows, _ in dims])):
-        axes = {p: v for (paths, _, _), row in zip(dims, combo) for p, v in zip(paths, row)}
+    for index, combo in enumerate(itertools.product(*rows)):
+        axes = {p: v for d, row in zip(dims, combo) for p, v in zip(d.paths, row)}
         for repeat in range(spec.repeats):
             points.append(_resolve_point(index, repeat, axes, base_data, layers, spec, locs, where,
                                          path.parent, file_cache))
-    axis_values = {p: [row[i] for row in rows] for paths, rows, _ in dims for i, p in enumerate(paths)}
+    axis_values = {p: [row[i] for row in d_rows] for d, d_rows in zip(dims, rows) for i, p in enumerate(d.paths)}
     return Sweep(path, spec.name or path.stem, spec, base, names, axis_values, points)
 
 
