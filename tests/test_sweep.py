@@ -170,6 +170,39 @@ def test_ctrl_c_keeps_finished_points(tmp_path, monkeypatch):
     assert not (out / "INTERRUPTED").exists() and len(pd.read_parquet(out / "points.parquet")) == 4
 
 
+def test_error_after_claim_leaves_nothing_or_a_failed_resumable_folder(tmp_path, monkeypatch):
+    """An error that is not a point's own (here: keeping a result fails): before any point was kept
+    the new folder is removed (the same --out then works); after one, sweep.json says failed,
+    the claim is released and --resume finishes it."""
+    from pddbench.sweep.points import PointStore
+
+    real, saves = PointStore.save, []
+
+    def fail_on(n):
+        def save(self, point, result):
+            saves.append(1)
+            if len(saves) == n:
+                raise OSError(28, "No space left on device")
+            return real(self, point, result)
+        return save
+    path = _sweep(tmp_path, SMALL.format(measure="run"))
+    out = tmp_path / "o"
+    monkeypatch.setattr(PointStore, "save", fail_on(1))
+    with pytest.raises(OSError):
+        _run(path, out, 1)
+    assert not out.exists()
+    saves.clear()
+    monkeypatch.setattr(PointStore, "save", fail_on(3))
+    with pytest.raises(OSError):
+        _run(path, out, 1)
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["state"] == "failed" and "No space left" in meta["error"] and not (out / ".claim").exists()
+    monkeypatch.setattr(PointStore, "save", real)
+    _run(path, None, 1, resume=out)
+    assert json.loads((out / "sweep.json").read_text())["state"] == "complete"
+    assert len(pd.read_parquet(out / "points.parquet")) == 4
+
+
 # -- capacity: k-section ---------------------------------------------------------------------
 
 def test_k_section_matches_bisection_within_resolution():
