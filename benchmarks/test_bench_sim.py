@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from pddbench.cache import PrefixCache
-from pddbench.runner import simulate_summary
-from pddbench.scenario import load_scenario
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import load_scenario
 from pddbench.sim.engine import EventLoop
 from pddbench.workload.trace import load_trace
 

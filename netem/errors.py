@@ -1,4 +1,4 @@
-"""User-facing errors, defined here because netem must not import pddbench; pddbench.errors
+"""User-facing errors, defined here because netem must not import pddbench; pddbench.core.errors
 re-exports them, so the CLI prints both packages' errors as one line and exits 2."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pddbench import limits
-from pddbench.errors import UserError
+from pddbench.core import limits
+from pddbench.core.errors import UserError
 
 app = typer.Typer(
     help="Benchmark and simulate cross-datacenter PDD (Prefill -> RelayDecode -> MainDecode) LLM serving.",
@@ -68,7 +68,7 @@ def trace_synth_cmd(
                                      help="Refuse more --requests than this (a million take minutes and ~400 MB)."),
 ) -> None:
     """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
-    from pddbench.limits import SYNTH_BYTES_PER_REQUEST, SYNTH_S_PER_REQUEST, check_size
+    from pddbench.core.limits import SYNTH_BYTES_PER_REQUEST, SYNTH_S_PER_REQUEST, check_size
     from pddbench.workload.synth import synth_trace
     from pddbench.workload.trace import write_trace
 
@@ -102,10 +102,10 @@ def run_cmd(
 
     --set workload.source=trace --set workload.trace=PATH replays any Mooncake-format trace."""
     from pddbench.report.tables import print_summary
-    from pddbench.runner import run_scenario
+    from pddbench.measure.runner import run_scenario
 
     if repeat > 1:
-        from pddbench.repeats import run_repeats
+        from pddbench.measure.repeats import run_repeats
 
         console.print(f"[green]wrote[/] {run_repeats(scenario, set_, results, out, repeat, max_repeats)} "
                       f"({repeat} repeats)")
@@ -171,7 +171,7 @@ def optimize_cmd(
                                    "is measured; each is a capacity search)."),
 ) -> None:
     """Find the instance split with the highest throughput within SLA at an equal chip budget."""
-    from pddbench.optimize import parse_sizes, run_optimize
+    from pddbench.sweep.optimize import parse_sizes, run_optimize
 
     result, folder = run_optimize(scenario, set_, budget, parse_sizes(sizes), out, results, jobs, iterations,
                                   coarse_requests or None, refine_top,
@@ -225,7 +225,7 @@ def compare_cmd(
 ) -> None:
     """Put runs side by side: a table (TTFT, TPOT, SLO attainment, goodput, WAN bytes, relay share,
     handoff stalls, cost) with changes against a baseline column, and figures (TTFT CDFs, metric bars)."""
-    from pddbench.compare import run_compare
+    from pddbench.measure.compare import run_compare
     from pddbench.report.tables import print_comparison
 
     table, folder = run_compare(runs, out, results, warn=lambda m: console.print(m, style="yellow", highlight=False),
@@ -241,7 +241,7 @@ def sim_speed_cmd(
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
     """Measure the simulator: simulated requests per wall-second on a generated workload."""
-    from pddbench.runner import sim_speed
+    from pddbench.measure.runner import sim_speed
 
     print(json.dumps(sim_speed(scenario, requests, set_)))
 
@@ -305,7 +305,7 @@ def netem_calibrate_cmd(
     """Measure the live link: RTT p50/p99/sd, bulk TCP goodput, delay-line lateness and CPU, drops;
     marks the link invalid when lateness p99 exceeds the profile's tolerance."""
     from netem.calibrate import calibrate
-    from pddbench.io import write_json
+    from pddbench.core.io import write_json
 
     res = _netem_call(calibrate, probes, interval_ms, bulk_s)
     if out is not None:
@@ -420,7 +420,7 @@ def handoff_bench_cmd(
     incremental KV of N tokens (gathered from a paged pool: the memory copy) vs (b) ship N token
     ids and recompute them on MD. Writes handoff_bench.json, trials.csv and a CDF figure with the
     article's numbers beside ours."""
-    from pddbench.handoff_bench import BenchSettings, run_handoff_bench
+    from pddbench.measure.handoff_bench import BenchSettings, run_handoff_bench
     from pddbench.live.handoff_bench import describe
 
     cfg = BenchSettings(tokens, kv_bytes_per_token, trials, profile, context_tokens, md_endpoint, md_model,
@@ -454,7 +454,7 @@ def fidelity_cmd(
     bootstrap interval: over requests, or over repeats then requests) in fidelity.json /
     fidelity.csv / fidelity_ttft.png, and TTFT's parts (P's queue + prefill; KV transfer + D's
     first step) when the live front reported them."""
-    from pddbench.fidelity import fidelity
+    from pddbench.measure.fidelity import fidelity
 
     res = fidelity(live_run, twin, out or live_run / "fidelity")
     for r in res["ttft"]:
@@ -543,7 +543,7 @@ def reproduce_cmd(
     """The main job: analyse the shipped and generated traces, simulate the paper's deployments over
     several seeds, search capacities, sweep the bathtub and the sensitivity map; writes the ledger
     (reproduce.json, report.md, report.html), figures and run folders into a new run folder."""
-    from pddbench.reproduce import reproduce
+    from pddbench.reproduce.job import reproduce
 
     readme = Path("README.md") if update_readme else None
     if readme is not None and not readme.is_file():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pddbench", "netem")
-GROUND = ("pddbench._compiled", "pddbench.errors", "pddbench.io", "pddbench.loading", "pddbench.provenance", "pddbench.shipped", "pddbench.scenario", "pddbench.runtime_config",
-          "pddbench.workload", "pddbench.cache", "pddbench.policy", "pddbench.records", "pddbench.metrics")
+GROUND = ("pddbench._compiled", "pddbench.core.errors", "pddbench.core.io", "pddbench.core.loading", "pddbench.core.provenance", "pddbench.core.shipped", "pddbench.schema.scenario", "pddbench.schema.runtime_config",
+          "pddbench.workload", "pddbench.cache", "pddbench.policy", "pddbench.metrics.records", "pddbench.metrics")
 RUNTIMES = ("pddbench.sim", "pddbench.live")
 
 
@@ -93,7 +93,7 @@ def test_floors():
 
 def test_the_schema_loads_no_runtime():
     """Validating a scenario, live parts included, loads neither the simulator nor live code nor torch."""
-    code = ("import sys; from pddbench.scenario import load_scenario; "
+    code = ("import sys; from pddbench.schema.scenario import load_scenario; "
             "load_scenario('scenarios/live/pdd.yaml'); load_scenario('scenarios/paper/pdd.yaml'); "
             "print(' '.join(m for m in sys.modules if m.startswith(('pddbench.sim', 'pddbench.live', 'torch', 'vllm'))))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -104,16 +104,77 @@ def test_the_schema_loads_no_runtime():
 def test_graph_reader_sees_a_real_edge():
     """Guards the tests above against a reader that finds no imports at all."""
     graph = import_graph()
-    assert "pddbench.scenario" in graph["pddbench.sim.run"]
-    assert "pddbench.runtime_config" in graph["pddbench.scenario"]
+    assert "pddbench.schema.scenario" in graph["pddbench.sim.run"]
+    assert "pddbench.schema.runtime_config" in graph["pddbench.schema.scenario"]
 
 
 def test_simulating_needs_neither_torch_nor_vllm():
     """`pip install .` without the `live` extra must simulate: nothing on that path imports them."""
-    code = ("import sys; from pddbench.scenario import load_scenario; from pddbench.runner import simulate_summary; "
+    code = ("import sys; from pddbench.schema.scenario import load_scenario; from pddbench.measure.runner import simulate_summary; "
             "import pddbench.cli; "
             "simulate_summary(load_scenario('paper/pdd', ['workload.synth.requests=50'])); "
             "print(' '.join(m for m in ('torch', 'vllm') if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ""
+
+
+def _room(mod: str) -> str:
+    """A module's room in the house: its package under pddbench (pddbench.sim, pddbench.gate), or
+    the module itself when it sits directly in pddbench/ or is netem."""
+    parts = mod.split(".")
+    if parts[0] == "netem":
+        return "netem"
+    if len(parts) >= 2 and (REPO / "pddbench" / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return mod
+
+
+def room_graph() -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for mod, deps in import_graph().items():
+        r = _room(mod)
+        rooms.setdefault(r, set())
+        rooms[r] |= {_room(d) for d in deps if _room(d) != r and d != "pddbench"}
+    return rooms
+
+
+MAX_FLOORS = 12
+MAX_TOP_LEVEL_MODULES = 8
+
+
+def test_rooms_have_no_circle_and_few_floors():
+    """Packages by job: no two rooms import each other (even through others), and the longest
+    chain of imports between rooms is at most MAX_FLOORS."""
+    graph = room_graph()
+    floors: dict[str, int] = {}
+
+    def floor(r: str, path: tuple[str, ...] = ()) -> int:
+        if r in path:
+            raise AssertionError("rooms import each other: " + " -> ".join(path[path.index(r):] + (r,)))
+        if r not in floors:
+            floors[r] = 1 + max((floor(d, path + (r,)) for d in graph[r]), default=0)
+        return floors[r]
+
+    top = max(floor(r) for r in graph)
+    assert top <= MAX_FLOORS, f"{top} floors: " + ", ".join(f"{r}={f}" for r, f in sorted(floors.items(), key=lambda x: -x[1]))
+
+
+def test_few_modules_directly_in_the_package():
+    loose = sorted(p.name for p in (REPO / "pddbench").glob("*.py"))
+    assert len(loose) <= MAX_TOP_LEVEL_MODULES, loose
+
+
+def test_no_private_import_across_packages():
+    """`from pddbench.x import _name` or `import pddbench.x._mod` from another room is a shortcut."""
+    mods = _modules()
+    bad = []
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pddbench") and not node.level:
+                if _room(node.module) == _room(mod):
+                    continue
+                bad += [(mod, f"{node.module}.{a.name}") for a in node.names if a.name.startswith("_")]
+                if any(part.startswith("_") and part != "_compiled" for part in node.module.split(".")):
+                    bad.append((mod, node.module))
+    assert not bad, f"private imports across packages: {sorted(bad)}"

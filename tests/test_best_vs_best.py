@@ -5,11 +5,12 @@ regime load sits below every measured capacity, and a rate scale offers the load
 import pandas as pd
 import pytest
 
-from pddbench import common_load, regime
-from pddbench.best_vs_best import BUDGETS, control_split, measured, prefill_chips
-from pddbench.capacity import rate_scale_for
-from pddbench.runner import simulate_summary
-from pddbench.scenario import load_scenario
+from pddbench.reproduce import regime
+from pddbench.reproduce import common_load
+from pddbench.reproduce.best_vs_best import BUDGETS, control_split, measured, prefill_chips
+from pddbench.measure.capacity import rate_scale_for
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import load_scenario
 from tests.conftest import REPO
 
 PAPER = REPO / "scenarios" / "paper"

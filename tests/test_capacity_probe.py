@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 from pddbench.live.capacity_probe import capacity_rps, probe_requests, replay_rate, uncached_tokens
-from pddbench.scenario import load_scenario
+from pddbench.schema.scenario import load_scenario
 from pddbench.workload.source import workload_requests
 from pddbench.workload.trace import Request
 

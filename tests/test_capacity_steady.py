@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pddbench.capacity import capacity_search
+from pddbench.measure.capacity import capacity_search
 from pddbench.metrics.steady import WARMUP_FRACTION, steady_state
 from pddbench.metrics.summary import sla_holds
-from pddbench.scenario import load_scenario
+from pddbench.schema.scenario import load_scenario
 from tests.conftest import REPO
 
 PAPER = REPO / "scenarios" / "paper"

@@ -24,7 +24,7 @@ from tests.conftest import REPO
 RECORDS_DIGEST = """
 import hashlib, io, json, sys
 from pddbench._compiled import COMPILED
-from pddbench.scenario import load_scenario
+from pddbench.schema.scenario import load_scenario
 from pddbench.sim.run import simulate
 for name, overrides in json.loads(sys.argv[1]):
     records, facts = simulate(load_scenario(name, overrides))

@@ -10,13 +10,13 @@ import socket
 
 import pytest
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.live import engines as engines_mod
 from pddbench.live.engines import (EngineGroup, EngineSpec, _fatal_start_line, _interrupt_in, stray_engines,
                                    vllm_available)
 from pddbench.live.net import ephemeral_port_low, free_port_base
 from pddbench.live.placement import PLACEMENTS
-from pddbench.runtime_config import LiveConfig
+from pddbench.schema.runtime_config import LiveConfig
 
 # The lines a vLLM wrote when its NIXL side-channel port was taken (clean-clone CI, 2026-12-02).
 NIXL_PORT_TAKEN = """\

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pddbench.fidelity import PERCENTILES, ttft_table
+from pddbench.measure.fidelity import PERCENTILES, ttft_table
 from tests.conftest import REPO, run_cli
 
 
@@ -38,8 +38,8 @@ def test_cross_dc_twin_sends_kv_over_the_wan_in_whole_blocks(tmp_path):
 
 
 def test_each_live_deployment_has_its_twin_or_a_clear_refusal():
-    from pddbench.errors import UserError
-    from pddbench.fidelity import default_twin
+    from pddbench.core.errors import UserError
+    from pddbench.measure.fidelity import default_twin
 
     for kind in ("same_dc_pd", "cross_dc_pd", "pdd"):
         assert default_twin(kind).is_file()
@@ -75,8 +75,8 @@ def _records(arrival, prefill_ms, kv_ms, cached):
 
 
 def test_busy_decoder_extra_is_the_busy_check_less_what_the_twin_models(tmp_path):
-    from pddbench.errors import InputError, UserError
-    from pddbench.fidelity import _busy_extra
+    from pddbench.core.errors import InputError, UserError
+    from pddbench.measure.fidelity import _busy_extra
 
     class Steps:  # 2 ms + 1 ms per sequence in the batch
         def decode_ms(self, batch, kv_tokens, extend_tokens=0):
@@ -105,8 +105,8 @@ def test_busy_decoder_extra_is_the_busy_check_less_what_the_twin_models(tmp_path
 
 
 def test_core_share_factor_is_the_relays_slowdown_beside_a_busy_md(tmp_path):
-    from pddbench.errors import InputError, UserError
-    from pddbench.fidelity import _core_share_factor
+    from pddbench.core.errors import InputError, UserError
+    from pddbench.measure.fidelity import _core_share_factor
 
     class Steps:  # MD's fit: 2 ms + 0.01 ms per KV token -> 2.64 ms at the stream's 64
         def decode_ms(self, batch, kv_tokens, extend_tokens=0):
@@ -132,7 +132,7 @@ def test_ttft_parts_and_per_request_rows():
 
     import pandas as pd
 
-    from pddbench.fidelity import per_request_csv, phase_table
+    from pddbench.measure.fidelity import per_request_csv, phase_table
 
     live = _records([0, 100, 200], np.array([50.0, 60, 70]), 30.0, 512)
     sim = _records([0, 100, 200], np.array([40.0, 60, 80]), 10.0, 0)
@@ -149,7 +149,7 @@ def test_ttft_parts_and_per_request_rows():
 
 
 def test_prefix_hit_and_mostly_new_requests_are_compared_apart():
-    from pddbench.fidelity import by_prefix_hit
+    from pddbench.measure.fidelity import by_prefix_hit
 
     # requests 0-1: P held most of the prompt (600 and 500 of 1000 tokens); request 2: 100
     live = _records([0, 100, 200], np.array([10.0, 20, 500]), np.array([40.0, 60, 30]), np.array([600, 500, 100]))
@@ -164,7 +164,7 @@ def test_prefix_hit_and_mostly_new_requests_are_compared_apart():
 
 
 def test_percentile_intervals_are_paired_and_say_when_the_gap_is_within_the_live_spread():
-    from pddbench.fidelity import ci_table
+    from pddbench.measure.fidelity import ci_table
 
     rng = np.random.default_rng(0)
     live = rng.lognormal(5, 1, 300)
@@ -181,7 +181,7 @@ def test_percentile_intervals_are_paired_and_say_when_the_gap_is_within_the_live
 
 
 def test_repeats_widen_the_interval_by_their_own_spread():
-    from pddbench.fidelity import ci_table
+    from pddbench.measure.fidelity import ci_table
 
     rng = np.random.default_rng(1)
     runs = [rng.lognormal(5, 1, 200) * f for f in (0.7, 1.0, 1.4)]  # runs that disagree with each other
@@ -195,7 +195,7 @@ def test_repeats_widen_the_interval_by_their_own_spread():
 def test_a_repeat_folder_lists_its_repeats(tmp_path):
     import json
 
-    from pddbench.fidelity import live_runs
+    from pddbench.measure.fidelity import live_runs
 
     assert live_runs(tmp_path) == [tmp_path]
     (tmp_path / "repeats.json").write_text(json.dumps({"runs": ["repeat-0", "repeat-1"]}))
@@ -219,7 +219,7 @@ def _live_folder(folder, live="live/same-dc-pd", overrides=(), transfer_ms=None,
 
     import yaml
 
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     folder.mkdir(parents=True)
     live_sc = load_scenario(live, ["workload.synth.requests=60", *overrides])
@@ -234,9 +234,9 @@ def _live_folder(folder, live="live/same-dc-pd", overrides=(), transfer_ms=None,
 
 def _fake_live_run(folder, scale, seed_shift=0.0, live="live/same-dc-pd", transfer_ms=None):
     """A live-looking run folder whose records are its twin's own, TTFT scaled by `scale` (no vLLM)."""
-    from pddbench.fidelity import build_twin
-    from pddbench.records import write_records
-    from pddbench.runner import simulate_summary
+    from pddbench.measure.fidelity import build_twin
+    from pddbench.metrics.records import write_records
+    from pddbench.measure.runner import simulate_summary
     from pddbench.workload.source import workload_requests
     from pddbench.workload.trace import write_trace
 
@@ -252,8 +252,8 @@ def _fake_live_run(folder, scale, seed_shift=0.0, live="live/same-dc-pd", transf
 def test_twin_takes_the_live_runs_own_policy_sla_blocks_and_kv_geometry(tmp_path):
     """A live catch-up PDD run gets a catch-up twin: the twin is built from the run's scenario.yaml
     (and its summary's KV bytes per token), not from a hand-copied policy."""
-    from pddbench.fidelity import build_twin
-    from pddbench.scenario import load_scenario
+    from pddbench.measure.fidelity import build_twin
+    from pddbench.schema.scenario import load_scenario
 
     run = tmp_path / "catch-up"
     live_sc = _live_folder(run, "live/pdd-catch-up", ["sla.ttft_ms=1234", "deployment.kv_block_tokens=64",
@@ -290,8 +290,8 @@ def test_twin_takes_the_live_runs_own_policy_sla_blocks_and_kv_geometry(tmp_path
 
 @pytest.mark.parametrize("value", ['"2048"', "0", "2048.5", "true"])
 def test_a_damaged_summary_kv_geometry_is_refused(tmp_path, value):
-    from pddbench.errors import UserError
-    from pddbench.fidelity import build_twin
+    from pddbench.core.errors import UserError
+    from pddbench.measure.fidelity import build_twin
 
     run = tmp_path / "run"
     _live_folder(run)
@@ -305,13 +305,13 @@ def test_a_live_run_records_its_served_models_kv_geometry_and_the_twin_takes_it(
     run's summary, read from there by the twin."""
     import json
 
-    from pddbench.errors import InputError
-    from pddbench.fidelity import build_twin
+    from pddbench.core.errors import InputError
+    from pddbench.measure.fidelity import build_twin
     from pddbench.live.live_summary import live_summary
     from pddbench.live.tiny_model import kv_bytes_per_token
-    from pddbench.records import write_records
-    from pddbench.runner import simulate_summary
-    from pddbench.scenario import load_scenario
+    from pddbench.metrics.records import write_records
+    from pddbench.measure.runner import simulate_summary
+    from pddbench.schema.scenario import load_scenario
 
     model = tmp_path / "model"
     model.mkdir()
@@ -353,7 +353,7 @@ def test_shipped_twin_files_hold_only_what_is_simulator_only():
 def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_path):
     import json
 
-    from pddbench.fidelity import fidelity
+    from pddbench.measure.fidelity import fidelity
 
     _fake_live_run(tmp_path / "one", 1.25)
     res = fidelity(tmp_path / "one", None, tmp_path / "one" / "fid", n_boot=200)
@@ -364,7 +364,7 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
         assert r["error_pct_ci"][0] <= r["error_pct"] <= r["error_pct_ci"][1]
     assert (tmp_path / "one" / "fid" / "fidelity_ttft.png").stat().st_size > 10_000
     # the twin as it ran is saved, and runs again as it is
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     saved = load_scenario(tmp_path / "one" / "fid" / "twin_scenario.yaml")
     assert saved.twin_calibration.kv_pull_at_decode_step and saved.deployment.kv_block_tokens == 128
@@ -382,7 +382,7 @@ def test_fidelity_of_a_run_and_of_repeats_writes_intervals_and_the_figure(tmp_pa
 
 
 def test_pdd_twin_compares_the_request_mix(tmp_path):
-    from pddbench.fidelity import fidelity
+    from pddbench.measure.fidelity import fidelity
 
     run = tmp_path / "pdd"
     _fake_live_run(run, 1.0, 0.0, "live/pdd", transfer_ms=100)  # P -> MD measured from dc-a: 100 ms + 50 Mbit/s
@@ -406,7 +406,7 @@ def test_pdd_twin_takes_the_measured_relay_pull(tmp_path):
     tokens come later by about the measured fixed part; P -> MD requests hardly move."""
     import pandas as pd
 
-    from pddbench.fidelity import fidelity
+    from pddbench.measure.fidelity import fidelity
     from pddbench.live.engine_calibration import RELAY_TRANSFER_CSV
 
     run = tmp_path / "pdd"

@@ -96,10 +96,10 @@ def test_trace_stats_never_crashes(tmp_path_factory, data, with_out):
 # -- scenarios ---------------------------------------------------------------------------------
 
 def _base_scenario() -> dict:
-    from pddbench.scenario import _read_yaml
-    from pddbench.shipped import resolve_scenario
+    from pddbench.schema.scenario import read_yaml
+    from pddbench.core.shipped import resolve_scenario
 
-    data, _ = _read_yaml(resolve_scenario("paper/pdd"))
+    data, _ = read_yaml(resolve_scenario("paper/pdd"))
     data["workload"] = {"source": "synth", "synth": {"requests": 12, "seed": 1}}
     return data
 

@@ -9,11 +9,11 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.gate.exact import judge
 from pddbench.gate.rules import Rule, load_rules, parse_rules
 from pddbench.metrics.summary import summarize
-from pddbench.records import read_records, write_records
+from pddbench.metrics.records import read_records, write_records
 from tests.conftest import REPO, run_cli
 
 PAPER = REPO / "scenarios" / "paper"

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.gate.inputs import flatten, why_not_number
 from pddbench.gate.rules import parse_rules
 from tests.inprocess import cli

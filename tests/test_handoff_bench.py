@@ -34,7 +34,7 @@ def test_loopback_defaults_match_the_article_payloads(tmp_path):
     res = run_cli("handoff-bench", "--loopback", "--trials", "5", "--json", "--out", tmp_path / "hb", timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     s = json.loads(res.stdout)
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     # the KV geometry is the default scenario's (paper/pdd), which the article's 4649 KiB implies
     assert s["kv_handoff"]["bytes"] == 100 * load_scenario("paper/pdd").model.kv_bytes_per_token

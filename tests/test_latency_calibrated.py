@@ -44,8 +44,8 @@ def test_calibration_measures_the_shapes_of_the_live_trace():
     """The prompt shapes calibrated span those the live scenarios replay: sizes at and below the
     trace's smallest extends, several below its p75, the longest prompt, and extends over a cached
     context as long as the typical one."""
-    from pddbench.scenario import load_scenario
-    from pddbench.shipped import SCENARIOS
+    from pddbench.schema.scenario import load_scenario
+    from pddbench.core.shipped import SCENARIOS
     from pddbench.workload.hitrate import hit_tokens
     from pddbench.workload.source import workload_requests
 

@@ -1,8 +1,8 @@
 import pytest
 
-from pddbench.errors import UserError
-from pddbench.ledger import Claim, Row, verdict
-from pddbench.report.ledger_report import README_END, README_START, report_html, update_readme
+from pddbench.core.errors import UserError
+from pddbench.reproduce.ledger import Claim, Row, verdict
+from pddbench.reproduce.ledger_report import README_END, README_START, report_html, update_readme
 
 
 def test_verdicts():

@@ -12,7 +12,7 @@ from pddbench.live.net import free_port, wait_port
 from pddbench.live.prompts import block_tokens, prompt_tokens
 from pddbench.live.schedule import at_rate, from_trace
 from pddbench.live.sse import DONE, SSEError, SSEParser
-from pddbench.records import to_frame
+from pddbench.metrics.records import to_frame
 from pddbench.workload.trace import Request
 
 
@@ -183,7 +183,7 @@ def test_ctrl_c_keeps_the_requests_measured_so_far(tmp_path):
     import sys
     import time
 
-    from pddbench.records import read_records
+    from pddbench.metrics.records import read_records
 
     port = free_port()
     srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),

@@ -8,7 +8,7 @@ import pytest
 from netem.topology import DC_A, DC_B
 from pddbench.live.deploy import FRONTS
 from pddbench.live.placement import PLACEMENTS
-from pddbench.scenario import DeploymentKind
+from pddbench.schema.scenario import DeploymentKind
 
 PORT = 8300
 
@@ -47,7 +47,7 @@ def test_run_live_tears_down_front_engines_and_wan_on_ctrl_c(tmp_path, monkeypat
     from contextlib import contextmanager
 
     from pddbench.live import deploy
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     events = []
 

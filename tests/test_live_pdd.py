@@ -30,7 +30,7 @@ from netem.profile import LinkProfile
 from pddbench.live.pdd_router import RouterConfig, make_app
 from pddbench.live.prompts import prompt_tokens
 from pddbench.live.sse import DONE, SSEParser
-from pddbench.scenario import Policy
+from pddbench.schema.scenario import Policy
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from pddbench.live.engines import vllm_available
-from pddbench.records import read_records
+from pddbench.metrics.records import read_records
 from tests.conftest import REPO, run_cli
 
 pytestmark = [

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pddbench.live.engines import vllm_available
-from pddbench.records import read_records
+from pddbench.metrics.records import read_records
 from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from pddbench.records import RECORD_FIELDS, read_records
+from pddbench.metrics.records import RECORD_FIELDS, read_records
 from tests.conftest import REPO, run_cli
 
 DOC = REPO / "docs" / "metrics.md"

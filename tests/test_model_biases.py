@@ -3,7 +3,7 @@
 import pytest
 
 from pddbench.policy import pdd as policy
-from pddbench.scenario import load_scenario
+from pddbench.schema.scenario import load_scenario
 from pddbench.sim.run import simulate
 from pddbench.workload.trace import Request
 from tests.conftest import REPO

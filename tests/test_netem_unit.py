@@ -11,7 +11,7 @@ from netem.nfqueue import NF_ACCEPT, config_messages, parse_packet_ids, verdict_
 from netem.profile import PROFILE_DIR, Jitter, LinkProfile, Loss, Outages
 from netem.scheduler import DelayScheduler
 from netem.shaping import burst_bytes
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 
 
 def releases(sched, arrivals):

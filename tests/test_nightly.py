@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.gate import nightly as nt
 from pddbench.gate.gate import HARDWARE
-from pddbench.io import write_json
-from pddbench.loading import read_json
+from pddbench.core.io import write_json
+from pddbench.core.loading import read_json
 from tests.conftest import REPO
 
 AMD = {"cpu_model": "AMD EPYC", "cpu_isa": "avx2", "cpu_cores": 2, "machine": "x86_64", "git_commit": "a"}
@@ -50,7 +50,7 @@ def test_host_key_differs_exactly_where_the_gate_sees_other_hardware():
 
 
 def test_this_hosts_key_comes_from_the_recorded_provenance():
-    from pddbench.provenance import provenance
+    from pddbench.core.provenance import provenance
 
     assert nt.host_key(provenance()) == nt.host_key({k: provenance()[k] for k in HARDWARE})
 
@@ -149,7 +149,7 @@ def test_fidelity_rule_refuses_unusable_files(bad, match):
 def _fidelity_out(folder, scale: float):
     """A fidelity output folder from the real ci_table (the command's own rows): the twin's TTFT is
     the live one times `scale` (with noise), over two repeats."""
-    from pddbench.fidelity import ci_table
+    from pddbench.measure.fidelity import ci_table
 
     rng = np.random.default_rng(0)
     groups = []
@@ -251,7 +251,7 @@ def test_live_part_records_a_new_hosts_baseline_then_compares(tmp_path):
 
 def _nightly(tmp_path, out):
     """The nightly's sim part on the real config cut to one small scenario, baselines in tmp_path."""
-    from pddbench.loading import load_yaml
+    from pddbench.core.loading import load_yaml
 
     real = load_yaml(nt.DEFAULT_CONFIG.read_text(), str(nt.DEFAULT_CONFIG))
     real["sim"] = {**real["sim"], "scenarios": ["paper/same-dc-pd"], "overrides": ["workload.synth.requests=100"]}
@@ -517,7 +517,7 @@ def test_bench_settings_are_checked(cfg, match):
 def test_bench_provenance_maps_machine_info_to_the_live_host_key():
     """A saved benchmark run's machine_info names the same host key as a live run's provenance on
     that CPU; what it lacks reads 'unknown' (never an exception)."""
-    from pddbench.provenance import isa_level
+    from pddbench.core.provenance import isa_level
 
     assert nt.host_key(nt.bench_provenance(_machine_info(AMD, ["sse2", "avx2"]))) == nt.host_key(AMD)
     xeon = _machine_info(XEON, ["avx2", "avx512f", "avx512bw"])
@@ -548,8 +548,8 @@ def test_bench_end_to_end_on_the_cheapest_gated_file(tmp_path):
     """Real pytest-benchmark, two runs of benchmarks/test_bench_trace.py (seconds each): the
     nightly's first bench part on this host records; with that baseline made 1000x faster (a factor
     no machine noise reaches), `make bench`'s command compares against it and fails."""
-    from pddbench.loading import load_yaml
-    from pddbench.provenance import cpu_info
+    from pddbench.core.loading import load_yaml
+    from pddbench.core.provenance import cpu_info
 
     cfg = load_yaml(nt.DEFAULT_CONFIG.read_text(), str(nt.DEFAULT_CONFIG))
     cfg["bench"] = {**cfg["bench"], "gated": ["test_bench_trace.py"]}

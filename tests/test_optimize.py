@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from pddbench.capacity import search_capacity
-from pddbench.errors import UserError
-from pddbench.optimize import candidate_splits, chips_used, optimize, parse_budget, with_split
-from pddbench.scenario import load_scenario
+from pddbench.measure.capacity import search_capacity
+from pddbench.core.errors import UserError
+from pddbench.sweep.optimize import candidate_splits, chips_used, optimize, parse_budget, with_split
+from pddbench.schema.scenario import load_scenario
 from pddbench.sweep.executors import InlineExecutor
 from tests.conftest import REPO, run_cli
 

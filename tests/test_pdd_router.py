@@ -20,7 +20,7 @@ from pddbench.live.router.flow import block_hashes
 from pddbench.live.router.wan import WanBook
 from pddbench.live.sse import DONE, SSEParser
 from pddbench.policy.pdd import kv_transfer_bytes
-from pddbench.scenario import Deployment, Policy, Pool, Scenario, load_scenario
+from pddbench.schema.scenario import Deployment, Policy, Pool, Scenario, load_scenario
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.link import Link
 

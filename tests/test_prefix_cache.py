@@ -6,7 +6,7 @@ import random
 import pytest
 
 from pddbench.cache import COMPILED, PrefixCache, PyPrefixCache
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 from pddbench.workload.trace import load_trace
 
 

@@ -3,8 +3,8 @@ bytes sent and saved, handoff modes, the handoff stall and the KV wait (small wo
 
 import numpy as np
 
-from pddbench.runner import simulate_summary
-from pddbench.scenario import load_scenario
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import load_scenario
 from tests.conftest import REPO
 
 PAPER = REPO / "scenarios" / "paper"

@@ -5,7 +5,7 @@ import pytest
 
 from pddbench.metrics.percentiles import distribution
 from pddbench.metrics.summary import meets_slo, sla_holds, summarize
-from pddbench.records import RECORD_FIELDS, read_records, to_frame, write_records
+from pddbench.metrics.records import RECORD_FIELDS, read_records, to_frame, write_records
 
 
 def row(i, arrival, ttft, e2e, out=11, failed=False, relay=0, wan=0):

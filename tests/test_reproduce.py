@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from pddbench.claims import BY_ID, CLAIMS
-from pddbench.ledger import VERDICTS
-from pddbench.report.sensitivity import describe_map
+from pddbench.reproduce.claims import BY_ID, CLAIMS
+from pddbench.reproduce.ledger import VERDICTS
+from pddbench.reproduce.sensitivity import describe_map
 
 # Every figure of the article (pdd-brief.md) the ledger must carry, by claim id.
 ARTICLE_FIGURES = {
@@ -81,11 +81,11 @@ def test_map_words_follow_the_signs():
 
 
 def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
-    from pddbench.reproduce import reproduce
+    from pddbench.reproduce.job import reproduce
 
     monkeypatch.setenv("PDDBENCH_REPRODUCE_REQUESTS", "40")
     readme = tmp_path / "README.md"
-    from pddbench.report.ledger_report import README_END, README_START
+    from pddbench.reproduce.ledger_report import README_END, README_START
 
     readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nOLD-TABLE-LINE\n{README_END}\nrest\n")
     out = reproduce(tmp_path / "results", jobs=1, seeds=2, update_readme=readme)
@@ -111,7 +111,7 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
 def _check_best_vs_best(out, data):
     """Best split vs best split at the budgets, the control's prefill chips, the common loads' top
     and the regime load chosen below every measured capacity (issue 14.3 and 14.5)."""
-    from pddbench.best_vs_best import BUDGETS, prefill_chips
+    from pddbench.reproduce.best_vs_best import BUDGETS, prefill_chips
 
     rows = {r["id"]: r for r in data["rows"]}
     bvb = data["best_vs_best"]
@@ -168,8 +168,8 @@ def _check_best_vs_best(out, data):
 def test_full_map_is_the_shipped_sensitivity_sweep():
     import yaml
 
-    from pddbench.reproduce import MAP_FULL, PDD_ONLY_AXES
-    from pddbench.shipped import SCENARIOS
+    from pddbench.reproduce.job import MAP_FULL, PDD_ONLY_AXES
+    from pddbench.core.shipped import SCENARIOS
 
     pdd = yaml.safe_load((SCENARIOS / "sweeps" / "sensitivity-pdd.yaml").read_text())["axes"]
     same = yaml.safe_load((SCENARIOS / "sweeps" / "sensitivity-same-dc-pd.yaml").read_text())["axes"]
@@ -178,8 +178,8 @@ def test_full_map_is_the_shipped_sensitivity_sweep():
 
 
 def test_compare_deltas_against_a_chosen_baseline():
-    from pddbench.compare import with_deltas
-    from pddbench.errors import UserError
+    from pddbench.measure.compare import with_deltas
+    from pddbench.core.errors import UserError
 
     table = pd.DataFrame({"a": [100.0, 2.0], "b": [150.0, 2.0], "c": [50.0, 0.0]}, index=["TTFT p90 (ms)", "x"])
     d = with_deltas(table, "b")
@@ -198,7 +198,7 @@ def _rung(fraction, same_p50s, cross_p50s):
 def test_load_ladder_lines_rungs_and_words():
     """The ladder gives cross-DC PD enough lines for its top rung, finds the lightest stable rung
     where same-DC PD's median is seconds on every seed, and says so (or why not)."""
-    from pddbench import regime
+    from pddbench.reproduce import regime
 
     plan = regime.ladder_plan([{"throughput_within_sla_rps": 10.0}, {"throughput_within_sla_rps": 12.0}],
                               [5.0, None, 4.0], lines_now=1)

@@ -79,8 +79,8 @@ def test_error_after_claim_removes_the_folder_and_the_rerun_works(tmp_path):
 _CLAIM = """
 import sys, time
 from pathlib import Path
-from pddbench.io import claim_out_folder
-from pddbench.errors import UserError
+from pddbench.core.io import claim_out_folder
+from pddbench.core.errors import UserError
 start = float(sys.argv[2])
 while time.time() < start:
     pass

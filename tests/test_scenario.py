@@ -1,7 +1,7 @@
 import pytest
 
-from pddbench.errors import InputError, UserError
-from pddbench.scenario import apply_overrides, load_scenario
+from pddbench.core.errors import InputError, UserError
+from pddbench.schema.scenario import apply_overrides, load_scenario
 
 BASE = """\
 name: t
@@ -124,8 +124,8 @@ def test_an_old_scenario_file_is_one_line_and_exit_2(tmp_path):
 def test_saved_scenario_lists_the_calibration_only_when_set(tmp_path):
     import yaml
 
-    from pddbench.runtime_config import TwinCalibration
-    from pddbench.scenario import Scenario
+    from pddbench.schema.runtime_config import TwinCalibration
+    from pddbench.schema.scenario import Scenario
 
     plain = load_scenario("paper/pdd").model_dump(mode="json")
     assert "twin_calibration" not in plain and "core_group" not in str(plain) and "kv_pull" not in str(plain)

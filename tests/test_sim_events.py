@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from pddbench.runner import simulate_summary
-from pddbench.scenario import Scenario, load_scenario
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import Scenario, load_scenario
 from pddbench.sim import engine
 from pddbench.sim.engine import KIND_NAMES, N_KINDS, EventLoop
 from tests.conftest import REPO

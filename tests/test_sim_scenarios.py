@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from pddbench.runner import simulate_summary
-from pddbench.scenario import load_scenario
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import load_scenario
 from tests.conftest import REPO, run_cli
 
 PAPER = REPO / "scenarios" / "paper"

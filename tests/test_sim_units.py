@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from netem.profile import LinkProfile, Outages
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 from pddbench.sim.decode import DecodeInstance, DecodeJob
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.latency import Calibrated
@@ -161,7 +161,7 @@ def test_a_pull_into_a_core_sharer_slows_the_other_by_the_step_factor():
 
 
 def test_relay_step_factor_scales_only_the_relays_decode_steps():
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
     from pddbench.sim.cluster import build_cluster
 
     pdd = Path(__file__).resolve().parent.parent / "scenarios" / "paper" / "pdd.yaml"
@@ -234,7 +234,7 @@ def test_records_frame_equals_the_per_request_records():
 
     import pandas as pd
 
-    from pddbench.records import to_frame
+    from pddbench.metrics.records import to_frame
     from pddbench.sim.request import SimRequest, records_frame
 
     rng, reqs = random.Random(5), []
@@ -265,7 +265,7 @@ def test_records_frame_equals_the_per_request_records():
 def test_simulate_pauses_the_cycle_collector_and_restores_it(enabled_before, monkeypatch):
     import gc
 
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
     from pddbench.sim import run
 
     seen = []

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pddbench.errors import InputError, UserError
+from pddbench.core.errors import InputError, UserError
 from tests.inprocess import cli
 
 SMALL_RUN = ["--set", "workload.synth.requests=60"]
@@ -143,8 +143,8 @@ def test_repeat_limit_checked_first(tmp_path):
 @pytest.mark.parametrize("stop, state, note", [(KeyboardInterrupt, "interrupted", "INTERRUPTED"),
                                                (RuntimeError("engine died"), "failed", "FAILED")])
 def test_repeats_stopped_midway_say_so(tmp_path, monkeypatch, stop, state, note):
-    import pddbench.runner as runner
-    from pddbench.repeats import run_repeats
+    import pddbench.measure.runner as runner
+    from pddbench.measure.repeats import run_repeats
 
     real, calls = runner.run_scenario, []
 
@@ -166,7 +166,7 @@ def test_repeats_stopped_midway_say_so(tmp_path, monkeypatch, stop, state, note)
 
 
 def test_repeats_failing_at_once_leave_nothing(tmp_path, monkeypatch):
-    import pddbench.runner as runner
+    import pddbench.measure.runner as runner
 
     real = runner.run_scenario
     monkeypatch.setattr(runner, "run_scenario", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no engine")))
@@ -402,7 +402,7 @@ def test_sweep_axes_accepted_iff_finite_and_within_limit(tmp_path, monkeypatch, 
 # -- property tests: optimize budgets ----------------------------------------------------------------
 
 def _brute_count(sc, budget: dict, sizes: list[int]) -> int:
-    from pddbench.optimize import _groups
+    from pddbench.sweep.optimize import _groups
 
     total = 1
     for chip, roles in _groups(sc):
@@ -426,7 +426,7 @@ _PART = st.one_of(
 @given(parts=st.lists(_PART, min_size=0, max_size=4), pdd=st.booleans(),
        sizes=st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=1, max_size=3, unique=True))
 def test_optimize_budget_accepted_iff_well_formed(parts, pdd, sizes):
-    from pddbench.optimize import candidate_splits, check_split_count, parse_budget
+    from pddbench.sweep.optimize import candidate_splits, check_split_count, parse_budget
 
     sc = _scenario("paper/pdd" if pdd else "paper/same-dc-pd")
     chips = {"A", "B"} if pdd else {"A"}
@@ -472,6 +472,6 @@ def test_optimize_budget_accepted_iff_well_formed(parts, pdd, sizes):
 
 @functools.lru_cache(maxsize=None)
 def _scenario(name: str):
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     return load_scenario(name)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pddbench.errors import InputError, Interrupted
+from pddbench.core.errors import InputError, Interrupted
 from pddbench.sweep.spec import load_sweep
 from tests.conftest import REPO, run_cli
 
@@ -206,8 +206,8 @@ def test_error_after_claim_leaves_nothing_or_a_failed_resumable_folder(tmp_path,
 # -- capacity: k-section ---------------------------------------------------------------------
 
 def test_k_section_matches_bisection_within_resolution():
-    from pddbench.capacity import search_capacity
-    from pddbench.scenario import load_scenario
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.schema.scenario import load_scenario
     from pddbench.sweep.capacity_run import parallel_search
     from pddbench.sweep.executors import InlineExecutor
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 from pddbench.workload.trace import Request, load_trace, write_trace
 from tests.conftest import run_cli
 

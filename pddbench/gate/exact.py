@@ -53,7 +53,7 @@ def compare_metrics(subject: str, base: dict, cand: dict, rules: dict[str, Rule]
 
 
 def _records_identical(a, b) -> bool:
-    from pddbench.compare import load_records  # a damaged records file is one line, not a traceback
+    from pddbench.measure.compare import load_records  # a damaged records file is one line, not a traceback
 
     return load_records(a).equals(load_records(b))
 

@@ -14,9 +14,10 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pddbench.errors import InputError, UserError
+from pddbench.core.errors import InputError, UserError
 from pddbench.gate.exact import exact_gate
-from pddbench.gate.inputs import GateInput, load_input, numbers, why_not_number
+from pddbench.core.loading import why_not_number
+from pddbench.gate.inputs import GateInput, load_input, numbers
 from pddbench.gate.report import verdict_line, write_outputs
 from pddbench.gate.rules import Rule, load_rules
 
@@ -156,7 +157,7 @@ def replace_baseline(cand: GateInput, base: GateInput) -> str:
     """Copy the candidate over the baseline: into a temporary folder beside it, then two renames
     (the old baseline stays until the new one is complete, and is restored if the swap fails)."""
     if cand.kind == "capacity" and base.path.is_file():
-        from pddbench.io import write_text
+        from pddbench.core.io import write_text
 
         write_text(base.path, cand.path.read_text())
         return f"{base.path} replaced by {cand.path}"
@@ -185,7 +186,7 @@ def check_outputs(markdown: Path | None, junit: Path | None, json_out: Path | No
     """Every output place, before any work: a folder where a file goes, a path under a file or an
     unwritable place is one line (exit 2), not a traceback after the comparison; a damaged history
     table too (it is appended to after the baseline may have been replaced)."""
-    from pddbench.io import check_out_place
+    from pddbench.core.io import check_out_place
 
     for option, path in (("--markdown", markdown), ("--junit", junit), ("--json", json_out)):
         if path is not None:
@@ -251,7 +252,7 @@ def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, mar
                              f"{res['regressions']} beyond the rules): {verdict_line(res)}"
     if history_dir is not None:
         from pddbench.gate.history import append_history
-        from pddbench.provenance import provenance
+        from pddbench.core.provenance import provenance
 
         append_history(history_dir, res, provenance().get("git_commit"), now)
     write_outputs([res], markdown, junit, json_out)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddbench.errors import UserError
-from pddbench.io import atomic_path
+from pddbench.core.errors import UserError
+from pddbench.core.io import atomic_path
 
 TABLE = "gate_history.parquet"
 COLUMNS = ["gated_at", "gate_id", "name", "mode", "candidate", "baseline", "subject", "metric", "baseline_value",
@@ -58,7 +58,7 @@ def read_history(history_dir: Path) -> pd.DataFrame:
 
 def check_figure_folder(out: Path) -> None:
     """`pddbench history --out`: a folder for the figures (it may hold earlier ones and the table)."""
-    from pddbench.io import check_out_place
+    from pddbench.core.io import check_out_place
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -77,7 +77,7 @@ def plot_history(history_dir: Path, metrics: list[str] | None, out: Path) -> lis
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from pddbench.io import save_figure
+    from pddbench.core.io import save_figure
 
     table = read_history(history_dir)
     wanted = metrics or sorted(table["metric"].unique())

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pddbench.errors import InputError, UserError
+from pddbench.core.errors import InputError, UserError
 from pddbench.gate.entry import Entry
-from pddbench.loading import read_json
+from pddbench.core.loading import read_json, why_not_number
 
 # summary keys that are facts about the run, not performance: never gated or reported as moved
 NOT_METRICS = ("schema_version", "seed", "sim_wall_s", "provenance", "sla", "engines", "link_calibration",
@@ -60,27 +60,6 @@ def flatten(obj: dict, prefix: str = "") -> dict[str, object]:
         if isinstance(value, dict):
             out.update(flatten(value, name + "."))
     return out
-
-
-def why_not_number(value) -> str | None:
-    """Why `value` is not a finite plain number (None when it is one, or null)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return f"a boolean ({json.dumps(value)})"
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:
-            return "a number too large for a float"
-        return None if math.isfinite(number) else f"not finite ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({value[:40]!r})"
-    if isinstance(value, dict):
-        return "a mapping (nested values), not a number"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return f"a {type(value).__name__}"
 
 
 def numbers(entry: Entry) -> dict[str, float | None]:

@@ -16,7 +16,7 @@ Baselines per host. Live figures and the twin's error depend on the CPU (vLLM CP
 runs ~10x slower), and so do benchmark timings, so live, fidelity and bench baselines are kept per
 host. The host key (`host_key`) is made from the hardware fields the gate already compares
 (pddbench.gate.gate.HARDWARE: CPU model, instruction-set level, cores, as
-pddbench.provenance.cpu_info records them), taken from the run's own recorded provenance (for the
+pddbench.core.provenance.cpu_info records them), taken from the run's own recorded provenance (for the
 benchmarks, which record none: this host's cpu_info; a saved benchmark run's machine_info maps to
 the same key, `bench_provenance`), e.g. `amd-epyc-avx2-2cpus`: two runs get one key exactly when
 the gate would call them the same hardware.
@@ -54,11 +54,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.gate.gate import HARDWARE, copy_inputs, gate
 from pddbench.gate.report import junit, markdown
-from pddbench.io import write_json, write_text
-from pddbench.loading import load_yaml, read_json
+from pddbench.core.io import write_json, write_text
+from pddbench.core.loading import load_yaml, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "scenarios" / "gate" / "nightly.yaml"
@@ -95,7 +95,7 @@ def run_provenance(run: Path) -> dict:
             prov = prov.get("provenance") if isinstance(prov, dict) else None
             if isinstance(prov, dict):
                 return prov
-    from pddbench.provenance import provenance
+    from pddbench.core.provenance import provenance
 
     return provenance()
 
@@ -301,7 +301,7 @@ class Suite:
 
 def fidelity_rule(cfg: dict) -> tuple[list[int], float]:
     """The fidelity part's gated percentiles and margin (nightly.yaml fidelity.percentiles, .margin_pct)."""
-    from pddbench.fidelity import PERCENTILES
+    from pddbench.measure.fidelity import PERCENTILES
 
     qs, margin = cfg.get("percentiles", [10, 50, 90, 99]), cfg.get("margin_pct", 10)
     if not isinstance(qs, list) or not qs or any(q not in PERCENTILES or isinstance(q, bool) for q in qs):
@@ -317,7 +317,7 @@ def _tail(text: str, n: int = 3000) -> str:
 
 
 def part_sim(s: Suite, cfg: dict) -> None:
-    from pddbench.runner import run_scenario
+    from pddbench.measure.runner import run_scenario
 
     for ref in cfg["scenarios"]:
         stem = Path(ref).name
@@ -330,7 +330,7 @@ def bench_provenance(machine_info) -> dict:
     """The gate's HARDWARE fields of a saved pytest-benchmark run (its `machine_info`: py-cpuinfo's
     brand_raw, which on Linux is /proc/cpuinfo's model name, flags and count), so `host_key` names
     the host of a benchmark baseline as it names a live run's."""
-    from pddbench.provenance import isa_level
+    from pddbench.core.provenance import isa_level
 
     info = machine_info if isinstance(machine_info, dict) else {}
     cpu = info.get("cpu") if isinstance(info.get("cpu"), dict) else {}
@@ -341,7 +341,7 @@ def bench_provenance(machine_info) -> dict:
 
 def this_hardware() -> dict:
     """This host's CPU fields (as every run's provenance records them): whom a benchmark run is for."""
-    from pddbench.provenance import cpu_info
+    from pddbench.core.provenance import cpu_info
 
     return cpu_info()
 
@@ -627,7 +627,7 @@ def _figures(s: Suite) -> None:
 
 def load_config(config: Path, parts: list[str]) -> dict:
     """The nightly config (strict YAML): a mapping with `baselines` and a section per part to run."""
-    from pddbench.loading import read_text
+    from pddbench.core.loading import read_text
 
     cfg = load_yaml(read_text(config, "nightly config"), str(config))
     if not isinstance(cfg, dict):

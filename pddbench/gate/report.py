@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from xml.etree import ElementTree as ET
 
-from pddbench.io import write_json, write_text
+from pddbench.core.io import write_json, write_text
 
 MARK = {"regression": "FAIL", "improved": "better", "within": "moved (within tolerance)", "moved": "moved (no rule)",
         "same": "same", "n/a": "n/a"}

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 
 DEFAULT_RULES = Path(__file__).resolve().parent / "default_rules.yaml"
 KINDS = ("run", "capacity", "sweep")  # what `for:` may name (see GateInput.measures)
@@ -159,7 +159,7 @@ def parse_rules(data, source: str) -> RuleSet:
 
 def load_rules(path: Path | None = None) -> RuleSet:
     """The rules file, read strictly (duplicate keys refused: the last one would win silently)."""
-    from pddbench.loading import load_yaml, read_text
+    from pddbench.core.loading import load_yaml, read_text
 
     path = Path(path or DEFAULT_RULES)
     if not path.exists():

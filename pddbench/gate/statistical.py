@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 from pddbench.gate.inputs import GateInput, numbers
 from pddbench.gate.rules import Rule
-from pddbench.records import RECORD_FIELDS
+from pddbench.metrics.records import RECORD_FIELDS
 
 STATS = {"p50": lambda x: np.percentile(x, 50), "p90": lambda x: np.percentile(x, 90),
          "p99": lambda x: np.percentile(x, 99), "mean": np.mean, "max": np.max}
@@ -50,7 +50,7 @@ def record_metric(metric: str) -> tuple[str, str] | None:
 
 def per_request_values(runs, field: str, cache: dict | None = None) -> list[np.ndarray]:
     """Per repeat: the field over completed requests, NaN dropped (summary.json's population)."""
-    from pddbench.compare import load_records  # a damaged records file is one line, not a traceback
+    from pddbench.measure.compare import load_records  # a damaged records file is one line, not a traceback
 
     cache = {} if cache is None else cache
     groups = []

@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from pddbench.errors import InputError, UserError
+from pddbench.core.errors import InputError, UserError
 from pddbench.gate.entry import Entry
 
 NOT_METRICS = {"point", "repeat", "seed", "key", "status", "error"}
@@ -43,7 +43,7 @@ def _cell(value):
 
 def load_sweep(path: Path) -> dict:
     """The sweep's points as GateInput's keyword arguments (inputs.py builds the GateInput)."""
-    from pddbench.loading import read_json
+    from pddbench.core.loading import read_json
 
     if not (path / "points.parquet").is_file() or not (path / "sweep.json").is_file():
         raise UserError(f"{path}: a sweep folder needs both sweep.json and points.parquet "

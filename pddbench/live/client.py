@@ -20,7 +20,7 @@ import orjson
 
 from pddbench.live.sse import DONE, SSEError, SSEParser
 from pddbench.live.upstream import IDLE_CONNECTION_S
-from pddbench.records import derive_latencies
+from pddbench.metrics.records import derive_latencies
 
 
 @dataclass
@@ -254,7 +254,7 @@ def run_sync(coro):
 
 
 def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
-    """An Outcome as a row of the shared record schema (pddbench/records.py)."""
+    """An Outcome as a row of the shared record schema (pddbench/metrics/records.py)."""
     req, nan = o.req, math.nan
     failed = bool(o.failure) or not o.token_times_s
     times_ms = [t * 1000 for t in o.token_times_s]

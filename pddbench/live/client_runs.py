@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pddbench.errors import UserError
-from pddbench.runtime_config import LiveConfig
+from pddbench.core.errors import UserError
+from pddbench.schema.runtime_config import LiveConfig
 
 
 def _replay_args(cfg: LiveConfig, endpoint: str, model: str, trace: Path, out: Path, block_size: int) -> list[str]:

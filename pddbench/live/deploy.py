@@ -15,8 +15,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from pddbench.errors import UserError
-from pddbench.io import write_json
+from pddbench.core.errors import UserError
+from pddbench.core.io import write_json
 from pddbench.live.client_runs import run_capacity_probe, run_engine_calibration, run_replay
 from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.fronts import running_front
@@ -25,8 +25,8 @@ from pddbench.live.placement import PLACEMENTS, Placement, cross_dc_specs, pdd_s
 from pddbench.live.router.config import RouterConfig
 from pddbench.live.tiny_model import kv_bytes_per_token
 from pddbench.live.wan import emulated_wan
-from pddbench.runtime_config import LiveConfig
-from pddbench.scenario import Deployment, Pool
+from pddbench.schema.runtime_config import LiveConfig
+from pddbench.schema.scenario import Deployment, Pool
 from pddbench.workload.source import workload_requests
 from pddbench.workload.trace import write_trace
 

@@ -205,7 +205,7 @@ async def measure_busy_transfers(prefill_url: str, decode_url: str, model: str =
     """The P -> D pull of a BUSY_TRANSFER_TOKENS prompt in three engine states: both idle (what
     measure_kv_transfer times), P computing another prompt's prefill, D decoding other streams.
     Live, transfers happen in all three; the twin takes d_busy's extra time over idle for pulls
-    into a decoding D (pddbench/fidelity.py _busy_extra). With PDD's relay, also its local
+    into a decoding D (pddbench/measure/fidelity.py _busy_extra). With PDD's relay, also its local
     P -> RLD pull with RLD idle ("rld_idle") and decoding other streams ("rld_busy"): in live PDD
     runs that pull took ~100 ms more while the relay decoded, where the WAN pull into MD hardly
     changed. Rows: state, tokens, transfer_ms."""
@@ -248,7 +248,7 @@ async def measure_core_sharing(prefill_url: str, relay_url: str, main_url: str, 
     """PDD's RLD and MD share a core: the relay's time per token (one 64-token stream, mean gap)
     with MD idle, MD pulling a CORE_SHARE_PULL_TOKENS prompt's KV over the WAN ("md_pull") and
     MD decoding BUSY_DECODE_STREAMS streams ("md_decode"). Fair time-slicing would double it; the
-    twin takes the measured ratio (pddbench/fidelity.py). Rows: state, tpot_ms."""
+    twin takes the measured ratio (pddbench/measure/fidelity.py). Rows: state, tpot_ms."""
     async def md_pull(session, k: int) -> None:
         body = {"model": model, "prompt": _prompt(seed + 100 + k, CORE_SHARE_PULL_TOKENS, *vocab), "temperature": 0.0}
         await _pull(session, main_url, body, await _lease(session, prefill_url, body))
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     from pathlib import Path
 
-    from pddbench.io import write_text
+    from pddbench.core.io import write_text
     from pddbench.live.client import run_sync
 
     p = argparse.ArgumentParser(description="Measure step times (and the P -> D KV transfer) of running engines.")

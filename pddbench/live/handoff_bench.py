@@ -1,4 +1,4 @@
-"""`pddbench handoff-bench`, its live parts: the handoffs over the emulated WAN (pddbench/handoff_bench.py
+"""`pddbench handoff-bench`, its live parts: the handoffs over the emulated WAN (pddbench/measure/handoff_bench.py
 runs the command).
 
 (a) KV handoff: the incremental KV of N tokens (real bytes of the given geometry, gathered from a
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from netem.topology import DC_A, DC_B
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.live.net import free_port, wait_port
 from pddbench.live.wan import emulated_wan
 
@@ -116,7 +116,7 @@ def summarize_bench(rows: list[dict], recompute_ms: list[float], recompute_sourc
 def plot(rows: list[dict], recompute_ms: list[float], summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from pddbench.io import save_figure
+    from pddbench.core.io import save_figure
 
     kv = np.sort([r["kv_ms"] for r in rows])
     tok = np.sort([r["token_network_ms"] + rc for r, rc in zip(rows, recompute_ms)])
@@ -139,7 +139,7 @@ def plot(rows: list[dict], recompute_ms: list[float], summary: dict, path: Path)
 def write_bench(run_dir: Path, rows: list[dict], recompute_ms: list[float], summary: dict) -> None:
     import pandas as pd
 
-    from pddbench.io import write_json, write_text
+    from pddbench.core.io import write_json, write_text
 
     frame = pd.DataFrame(rows).assign(token_recompute_ms=recompute_ms)
     write_text(run_dir / "trials.csv", frame.to_csv(index=False))

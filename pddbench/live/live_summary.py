@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pddbench.io import write_json
+from pddbench.core.io import write_json
 from pddbench.live.engines import EngineSpec
 from pddbench.metrics.summary import summarize
-from pddbench.provenance import provenance
-from pddbench.records import read_records
+from pddbench.core.provenance import provenance
+from pddbench.metrics.records import read_records
 
 
 def _link_facts(calibration: dict | None) -> dict:

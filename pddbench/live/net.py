@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pddbench.io import write_json
+from pddbench.core.io import write_json
 from pddbench.live.client import LiveRequest, ReplayClient, run_sync
 from pddbench.live.net import free_port, wait_port
 from pddbench.live.schedule import at_rate

@@ -9,12 +9,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pddbench.io import write_json
+from pddbench.core.io import write_json
 from pddbench.live.client import LiveRequest, ReplayClient, outcome_record, run_sync
 from pddbench.live.prompts import prompt_tokens
 from pddbench.live.schedule import at_rate, from_trace
 from pddbench.metrics.summary import summarize
-from pddbench.records import to_frame, write_records
+from pddbench.metrics.records import to_frame, write_records
 from pddbench.workload.trace import Request
 
 console = Console(stderr=True)
@@ -95,9 +95,9 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     """`pddbench replay`: check the endpoint, the load options and the output place, load the
     trace, claim the run folder (`out`, new or empty, or a new RESULTS/replay/<run-id>/) and
     replay; `options` are replay()'s keywords. Exit 1 (RunFailed) when every request failed."""
-    from pddbench.errors import RunFailed, UserError
-    from pddbench.io import run_folder
-    from pddbench.io import check_out_options
+    from pddbench.core.errors import RunFailed, UserError
+    from pddbench.core.io import run_folder
+    from pddbench.core.io import check_out_options
     from pddbench.workload.trace import load_trace
 
     check_endpoint(endpoint, "--endpoint")
@@ -125,7 +125,7 @@ def check_endpoint(url: str, option: str) -> None:
     """An http(s) URL with a host, refused in one line before anything starts."""
     from urllib.parse import urlsplit
 
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     try:
         parts = urlsplit(url)

@@ -59,7 +59,7 @@ def build_tiny_model_subprocess(out: Path) -> str:
     res = subprocess.run([sys.executable, "-m", "pddbench", "model", "tiny", "--out", str(out)],
                          capture_output=True, text=True)
     if res.returncode != 0:
-        from pddbench.errors import UserError
+        from pddbench.core.errors import UserError
 
         raise UserError(f"building the tiny model failed: {res.stderr.strip()[-500:]}")
     return str(out)
@@ -68,8 +68,8 @@ def build_tiny_model_subprocess(out: Path) -> str:
 def kv_bytes_per_token(model_dir: str | Path) -> int:
     """KV bytes one token takes in all layers (K and V), from a Llama-style config.json: the one
     source of a live run's KV geometry (the run derives it once and records it in its summary)."""
-    from pddbench.errors import InputError
-    from pddbench.loading import read_json
+    from pddbench.core.errors import InputError
+    from pddbench.core.loading import read_json
 
     path = Path(model_dir) / "config.json"
     cfg = read_json(path, "model config")

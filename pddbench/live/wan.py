@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 
 
 @contextmanager

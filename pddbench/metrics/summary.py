@@ -6,7 +6,7 @@ import pandas as pd
 
 from pddbench.metrics.percentiles import distribution
 from pddbench.metrics.steady import steady_state
-from pddbench.records import ABORT_REASONS
+from pddbench.metrics.records import ABORT_REASONS
 
 SCHEMA_VERSION = 1
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddbench.io import save_figure
+from pddbench.core.io import save_figure
 from pddbench.report.plotting import pyplot
 
 PANELS = ["TTFT p50 (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)", "TPOT p90 (ms)", "SLO attainment", "goodput (req/s)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pddbench.io import save_figure
+from pddbench.core.io import save_figure
 from pddbench.report.plotting import pyplot
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pddbench.io import interrupted_title, save_figure
+from pddbench.core.io import interrupted_title, save_figure
 from pddbench.report.plotting import pyplot
 
 # The legs of TTFT, in order: where the time to first token went.

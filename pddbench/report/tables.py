@@ -66,15 +66,3 @@ def print_comparison(table) -> None:
     for metric, row in table.iterrows():
         t.add_row(str(metric), *(_fmt(v if not hasattr(v, "item") else v.item()) for v in row))
     console.print(t)
-
-
-def print_ledger(rows) -> None:
-    """The ledger (pddbench/ledger.py rows) as a terminal table."""
-    from pddbench.ledger import row_cells
-
-    t = Table(title="article vs simulated (the ledger; assumptions in scenarios/paper, tolerances in pddbench/claims.py)")
-    for col, just in (("figure", "left"), ("article", "right"), ("simulated", "right"), ("verdict", "left")):
-        t.add_column(col, justify=just)
-    for r in rows:
-        t.add_row(*row_cells(r)[:4])
-    console.print(t)

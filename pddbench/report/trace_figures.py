@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pddbench.io import save_figure
+from pddbench.core.io import save_figure
 from pddbench.report.plotting import pyplot
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pddbench.io import check_out_place, run_folder, write_json
+from pddbench.core.io import check_out_place, run_folder, write_json
 from pddbench.report.trace_figures import bucket_mix_over_time, hit_rate_cdf
 from pddbench.workload.stats import public, trace_stats
 from pddbench.workload.trace import load_trace

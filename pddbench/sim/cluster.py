@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pddbench.cache import PrefixCache
-from pddbench.errors import UserError
-from pddbench.scenario import Pool, Scenario
+from pddbench.core.errors import UserError
+from pddbench.schema.scenario import Pool, Scenario
 from pddbench.sim.decode import CoreShare, DecodeInstance
 from pddbench.sim.engine import EventLoop
 from pddbench.sim.latency import Calibrated, LatencyModel, Roofline, ScaledDecode

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from pddbench.policy import pdd as policy
-from pddbench.scenario import Scenario
+from pddbench.schema.scenario import Scenario
 from pddbench.sim.cluster import Cluster
 from pddbench.sim.decode import DecodeInstance, DecodeJob
 from pddbench.sim.engine import (CATCH_UP_ROUND, CATCH_UP_TOKENS, HANDOFF, KV_ARRIVED, KV_AT_BUSY_DECODER,

@@ -38,8 +38,8 @@ from typing import Protocol
 
 import numpy as np
 
-from pddbench.errors import InputError
-from pddbench.runtime_config import LatencyConfig
+from pddbench.core.errors import InputError
+from pddbench.schema.runtime_config import LatencyConfig
 
 
 ACTIVATION_BYTES = 2  # 16-bit activations in the tensor-parallel all-reduces

@@ -1,4 +1,4 @@
-"""A request's state during a simulation; becomes one record (pddbench/records.py) at the end."""
+"""A request's state during a simulation; becomes one record (pddbench/metrics/records.py) at the end."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from pddbench.records import RECORD_FIELDS, derive_latencies
+from pddbench.metrics.records import RECORD_FIELDS, derive_latencies
 
 NAN = math.nan
 

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pandas as pd
 
-from pddbench.scenario import Scenario
+from pddbench.schema.scenario import Scenario
 from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
 from pddbench.sim.engine import ARRIVAL, EventLoop

@@ -1,4 +1,4 @@
-"""`pddbench capacity`: the search (pddbench.capacity) with its probes on an executor when asked
+"""`pddbench capacity`: the search (pddbench.measure.capacity) with its probes on an executor when asked
 (-j N, --ray): k rates per round, each probe a task like a sweep point's."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from pddbench.capacity import MIN_REQUESTS, ProbeMany, search_capacity
-from pddbench.errors import UserError
-from pddbench.limits import (DEFAULT_REQUESTS, MAX_CAPACITY_ITERATIONS, MAX_PROBES_PER_ROUND, SIM_S_PER_REQUEST,
+from pddbench.measure.capacity import MIN_REQUESTS, ProbeMany, search_capacity
+from pddbench.core.errors import UserError
+from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_CAPACITY_ITERATIONS, MAX_PROBES_PER_ROUND, SIM_S_PER_REQUEST,
                              capacity_probes, duration, nominal_requests)
-from pddbench.scenario import Scenario
+from pddbench.schema.scenario import Scenario
 from pddbench.sweep.executors import Executor, make_executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
 
@@ -46,10 +46,10 @@ def run_capacity(scenario: Path | str, overrides: list[str], iterations: int, ou
     """Search the scenario's capacity and write capacity.json and capacity.png into `out`, or a new
     RESULTS/<name>-capacity/<run-id>/; returns the result and the folder. -j 1 without Ray is the
     bisection in this process, as before."""
-    from pddbench.capacity import check_capacity_workload
-    from pddbench.io import check_out_options, run_folder, write_json
+    from pddbench.measure.capacity import check_capacity_workload
+    from pddbench.core.io import check_out_options, run_folder, write_json
     from pddbench.report.capacity_figure import capacity_figure
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     check_out_options(out, results)
     sc = load_scenario(scenario, overrides)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 from pddbench.sweep.payload import Payload
 from pddbench.sweep.tasks import execute
 
@@ -69,7 +69,7 @@ class PoolExecutor(Executor):
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(["pddbench.sweep.tasks", "pddbench.runner"])
+            ctx.set_forkserver_preload(["pddbench.sweep.tasks", "pddbench.measure.runner"])
         self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker)
 
     def run(self, payloads):

@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pddbench.errors import InputError, UserError
-from pddbench.scenario import Scenario
+from pddbench.core.errors import InputError, UserError
+from pddbench.schema.scenario import Scenario
 
 FILE_FIELDS = (("workload", "trace", ".jsonl"), ("latency", "calibration_csv", ".csv"))
 _PREFIX = "sha256:"

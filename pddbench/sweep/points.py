@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from pddbench.io import atomic_path, write_json
+from pddbench.core.io import atomic_path, write_json
 from pddbench.sweep.spec import Point, Sweep
 
 WALL_CLOCK_KEYS = {"sim_wall_s", "provenance"}  # differ between identical runs: never in the table

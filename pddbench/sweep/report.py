@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddbench.io import save_figure, write_text
+from pddbench.core.io import save_figure, write_text
 from pddbench.sweep.spec import Sweep
 
 MAIN_METRICS = {"capacity": ["capacity.throughput_within_sla_rps", "capacity.bcr"],

@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from pddbench.errors import Interrupted, UserError
-from pddbench.io import (CLAIM, check_out_place, claim_out_folder, discard_folder, new_run_dir, release_claim,
+from pddbench.core.errors import Interrupted, UserError
+from pddbench.core.io import (CLAIM, check_out_place, claim_out_folder, discard_folder, new_run_dir, release_claim,
                          write_json, write_text)
 from pddbench.sweep.executors import Executor, check_ray_option, make_executor
 from pddbench.sweep.payload import make_payload
@@ -40,7 +40,7 @@ def _pid_alive(pid: int) -> bool:
 def _check_resume(sweep: Sweep, folder: Path) -> None:
     """Refuse, before anything is written, to resume a folder that is not a sweep folder, holds
     another sweep (its spec hash differs: its rows would be mixed with ours), or is being run."""
-    from pddbench.loading import read_json
+    from pddbench.core.loading import read_json
 
     if not (folder / "sweep.json").is_file():
         raise UserError(f"--resume {folder}: not a sweep folder (no sweep.json)")
@@ -119,7 +119,7 @@ def _progress() -> Progress:
 
 
 def _sweep_json(sweep: Sweep, folder: Path, state: str, executor: dict, counts: dict, started: str) -> None:
-    from pddbench.provenance import provenance
+    from pddbench.core.provenance import provenance
 
     write_json(folder / "sweep.json", {
         "state": state, "started_at": started,

@@ -28,13 +28,13 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pddbench.errors import InputError, UserError
-from pddbench.limits import (DEFAULT_REQUESTS, MAX_SWEEP_POINTS, SIM_S_PER_REQUEST, VALIDATE_S_PER_POINT,
+from pddbench.core.errors import InputError, UserError
+from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_SWEEP_POINTS, SIM_S_PER_REQUEST, VALIDATE_S_PER_POINT,
                              capacity_probes, check_size, count_text, nominal_requests)
-from pddbench.loading import load_yaml, read_text
-from pddbench.scenario import (Scenario, _clean_loc, _clean_msg, _numbers, _read_yaml, _resolve_beside, _where,
-                               _yaml_line)
-from pddbench.shipped import resolve_scenario, resolve_sweep
+from pddbench.core.loading import load_yaml, read_text
+from pddbench.schema.scenario import (Scenario, clean_loc, clean_msg, numbers, read_yaml, resolve_beside, where,
+                               yaml_line)
+from pddbench.core.shipped import resolve_scenario, resolve_sweep
 from pddbench.sweep.payload import FILE_FIELDS, ship_scenario
 
 MAX_POINTS = MAX_SWEEP_POINTS  # the default; `sweep --max-points` raises it
@@ -114,7 +114,7 @@ class _Loc:
         self.path, self.text = path, text
 
     def error(self, loc: tuple, msg: str) -> InputError:
-        return InputError(str(self.path), msg, line=_yaml_line(self.text, loc)[0], field=".".join(map(str, loc)))
+        return InputError(str(self.path), msg, line=yaml_line(self.text, loc)[0], field=".".join(map(str, loc)))
 
 
 def _num(x: float) -> int | float:
@@ -252,7 +252,7 @@ def _point_cost(spec: SweepFile, base_data: dict) -> tuple[float, str]:
 
 
 def _set_entries(spec: SweepFile, where: _Loc) -> list[tuple[str, Any, tuple]]:
-    from pddbench.scenario import parse_override
+    from pddbench.schema.scenario import parse_override
 
     if isinstance(spec.set, dict):
         entries = [(str(k), v, ("set", k)) for k, v in spec.set.items()]
@@ -309,7 +309,7 @@ def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS) -> Sweep:
         spec = SweepFile.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise where.error(_clean_loc(err["loc"]), _clean_msg(err["msg"])) from None
+        raise where.error(clean_loc(err["loc"]), clean_msg(err["msg"])) from None
     dims = _dimensions(spec.axes, where)
     entries = _set_entries(spec, where)
     axis_locs = {p: loc for d in dims for p, loc in zip(d.paths, d.locs)}
@@ -324,11 +324,11 @@ def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS) -> Sweep:
     base = path.parent / spec.base
     base = base if base.is_file() else resolve_scenario(spec.base)
     try:
-        base_data, layers = _read_yaml(base)
+        base_data, layers = read_yaml(base)
     except InputError as exc:
         raise where.error(("base",), str(exc)) from None
     for section, key, _ in FILE_FIELDS:
-        _resolve_beside(base_data, section, key, base, [])
+        resolve_beside(base_data, section, key, base, [])
     for p, value, _ in entries:
         _put(base_data, p, _beside_sweep(p, value, path.parent))
     total = point_count(dims, spec.repeats)
@@ -361,7 +361,7 @@ def _resolve_point(index, repeat, axes, base_data, layers, spec, locs, where, sw
             if field_name == p or field_name.startswith(p + ".") or (field_name and p.startswith(field_name + ".")):
                 return where.error(loc, msg + where_at)
         loc = tuple(field_name.split(".")) if field_name else ()
-        path, line = _where(layers, loc) if loc else (layers[0][0], None)
+        path, line = where(layers, loc) if loc else (layers[0][0], None)
         return InputError(str(path), msg + where_at, line=line, field=field_name or None)
 
     data = copy.deepcopy(base_data)
@@ -372,13 +372,13 @@ def _resolve_point(index, repeat, axes, base_data, layers, spec, locs, where, sw
             raise fail(p, str(exc)) from None
     data["seed"] = repeat
     _put(data, "workload.synth.seed", repeat)
-    for loc, problem in _numbers(data):
+    for loc, problem in numbers(data):
         raise fail(".".join(map(str, loc)), problem)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise fail(".".join(map(str, _clean_loc(err["loc"]))), _clean_msg(err["msg"])) from None
+        raise fail(".".join(map(str, clean_loc(err["loc"]))), clean_msg(err["msg"])) from None
     if sc.runtime == "live":
         if spec.measure == "capacity":
             raise where.error(("measure",), "capacity is searched in the simulator only; live points need "

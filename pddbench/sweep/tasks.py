@@ -32,7 +32,7 @@ def _requests(sc):
 
 
 def _summary(sc) -> dict:
-    from pddbench.runner import simulate_summary
+    from pddbench.measure.runner import simulate_summary
 
     _, s = simulate_summary(sc, reqs=_requests(sc))
     if s["interrupted"]:  # Ctrl-C inside an in-process simulation: a partial run is no result
@@ -45,7 +45,7 @@ def _simulate(task: dict, files: dict) -> dict:
 
 
 def _capacity(task: dict, files: dict) -> dict:
-    from pddbench.capacity import capacity_search
+    from pddbench.measure.capacity import capacity_search
 
     sc = receive_scenario(task["scenario"], files)
     reqs = _requests(sc)
@@ -71,8 +71,8 @@ def _point(task: dict, files: dict) -> dict:
 def _run_folder(task: dict, files: dict) -> dict:
     """A `pddbench run` folder made in a private temp folder (the same writer as `run`); its files
     come back as bytes for the caller to write where it wants."""
-    from pddbench.io import write_text
-    from pddbench.runner import _write_sim_run, simulate_summary
+    from pddbench.core.io import write_text
+    from pddbench.measure.runner import write_sim_run, simulate_summary
 
     sc = receive_scenario(task["scenario"], files)
     records, summary = simulate_summary(sc, reqs=_requests(sc))
@@ -81,7 +81,7 @@ def _run_folder(task: dict, files: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="pddbench-run-") as tmp:
         folder = Path(tmp)
         write_text(folder / "scenario.yaml", task["scenario_yaml"])
-        _write_sim_run(folder, records, summary, list(task["log"]))
+        write_sim_run(folder, records, summary, list(task["log"]))
         return {"files": {p.name: base64.b64encode(p.read_bytes()).decode("ascii")
                           for p in sorted(folder.iterdir()) if p.is_file()}}
 

@@ -3,14 +3,15 @@ the simulator and the live runtime both call (neither imports the other for it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from pddbench.workload.fixed import fixed_requests
 from pddbench.workload.synth import synthesize
 from pddbench.workload.trace import Request, load_trace
 
-if TYPE_CHECKING:  # the schema sits beside this layer; only its type is needed here
-    from pddbench.scenario import Scenario, Workload
+# The schema (pddbench/schema) sits above this layer and imports its configs, so the loaders take
+# its Workload section (and workload_requests a Scenario) without importing their types.
+Workload = Scenario = Any
 
 
 def _from_trace(w: "Workload") -> list[Request]:

@@ -315,8 +315,8 @@ def synth_trace(requests: int, seed: int, target_hist: str, rate_rps: float, sin
     file the caller will write, is checked first."""
     from pydantic import ValidationError
 
-    from pddbench.errors import UserError
-    from pddbench.io import check_out_place
+    from pddbench.core.errors import UserError
+    from pddbench.core.io import check_out_place
 
     if out is not None:
         check_out_place(out, "--out", folder=False)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from pddbench.errors import InputError
-from pddbench.io import atomic_path
-from pddbench.loading import is_stdin, loads_json, open_text
+from pddbench.core.errors import InputError
+from pddbench.core.io import atomic_path
+from pddbench.core.loading import is_stdin, loads_json, open_text
 
 DEFAULT_BLOCK_SIZE = 512
 # Sizes past these are corrupt data, not workloads (10M-token prompts, 1M-token outputs).

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from netem.profile import LinkProfile
-from pddbench.scenario import Policy
+from pddbench.schema.scenario import Policy
 
 AbortReason = Literal["", "singular_flow", "relay_finish", "md_error"]
 

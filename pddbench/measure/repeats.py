@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pddbench.errors import Interrupted, UserError
-from pddbench.io import (FAILED, claim_out_folder, discard_folder, new_run_dir, release_claim, write_json,
+from pddbench.core.errors import Interrupted, UserError
+from pddbench.core.io import (FAILED, claim_out_folder, discard_folder, new_run_dir, release_claim, write_json,
                          write_text)
-from pddbench.limits import (DEFAULT_REQUESTS, MAX_REPEATS, RUN_FOLDER_S, SIM_S_PER_REQUEST, check_size,
+from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_REPEATS, RUN_FOLDER_S, SIM_S_PER_REQUEST, check_size,
                              nominal_requests)
 
 INTERRUPTED = "INTERRUPTED"
@@ -26,10 +26,10 @@ LIVE_REPEAT_S = 120.0  # a live repeat: engines started and a short workload ser
 
 def run_repeats(path: Path, overrides: list[str], results_root: Path, out: Path | None, repeat: int,
                 max_repeats: int = MAX_REPEATS) -> Path:
-    from pddbench.io import check_out_options
-    from pddbench.provenance import provenance
-    from pddbench.runner import run_scenario
-    from pddbench.scenario import load_scenario
+    from pddbench.core.io import check_out_options
+    from pddbench.core.provenance import provenance
+    from pddbench.measure.runner import run_scenario
+    from pddbench.schema.scenario import load_scenario
 
     if repeat < 1:
         raise UserError(f"--repeat must be at least 1, not {repeat}")

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pddbench.errors import UserError
-from pddbench.io import run_folder, save_figure, write_json, write_text
-from pddbench.shipped import SCENARIOS
+from pddbench.core.errors import UserError
+from pddbench.core.io import run_folder, save_figure, write_json, write_text
+from pddbench.core.shipped import SCENARIOS
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 
@@ -40,7 +40,7 @@ def live_arrival_requests(live_dir: Path, block_size: int):
     """The live run's requests with their live send times as timestamps."""
     from pddbench.workload.trace import load_trace
 
-    from pddbench.compare import load_records
+    from pddbench.measure.compare import load_records
 
     records = load_records(live_dir)
     trace = load_trace(live_dir / "trace.jsonl", block_size=block_size)
@@ -124,7 +124,7 @@ def per_request_csv(live, sim) -> str:
 
 def _live_summary(live_dir: Path) -> dict:
     """The live run's summary.json, or {} where it has none (a run folder made by hand)."""
-    from pddbench.loading import read_json
+    from pddbench.core.loading import read_json
 
     summary = read_json(live_dir / "summary.json", "summary file") if (live_dir / "summary.json").is_file() else {}
     return summary if isinstance(summary, dict) else {}
@@ -190,7 +190,7 @@ def _fitted_link(path: Path, engine) -> dict:
     with the receiver's one-token step (it computes the prompt's last token and answers), which the
     twin adds itself after the link: the link keeps the rest."""
     from pddbench.live.engine_calibration import fit_link
-    from pddbench.loading import read_number_table
+    from pddbench.core.loading import read_number_table
 
     rows = read_number_table(path, "transfer calibration table")
     link = fit_link(rows)
@@ -206,7 +206,7 @@ def _busy_extra(path: Path, engine, idle: str = "idle", busy: str = "d_busy", op
     first step, and half a step of waiting for the pull to start). `optional`: None when the
     check has neither state (runs made before the relay rows existed)."""
     from pddbench.live.engine_calibration import BUSY_DECODE_STREAMS, BUSY_TRANSFER_TOKENS
-    from pddbench.loading import read_number_table
+    from pddbench.core.loading import read_number_table
 
     rows = read_number_table(path, "busy transfer check", label="state")
     by_state = {st: float(np.median([r["transfer_ms"] for r in rows if r["state"] == st])) for st in (idle, busy)
@@ -229,7 +229,7 @@ def _core_share_factor(path: Path, engine) -> dict:
     the relay's own pace alone against the step-time fit (made on MD): the idle rows' median over
     the fit's one-sequence step at the stream's context."""
     from pddbench.live.engine_calibration import CORE_SHARE_CONTEXT_TOKENS
-    from pddbench.loading import read_number_table
+    from pddbench.core.loading import read_number_table
 
     rows = read_number_table(path, "core share check", label="state")
     idle = [r["tpot_ms"] for r in rows if r["state"] == "idle"]
@@ -337,7 +337,7 @@ def build_twin(live_dir: Path, twin: Path | None = None) -> Twin:
     with `twin`) and what the run measured (step times, transfers, checks) on top."""
     from pydantic import ValidationError
 
-    from pddbench.scenario import Scenario, load_scenario
+    from pddbench.schema.scenario import Scenario, load_scenario
     from pddbench.sim.latency import Calibrated
 
     if not (live_dir / "scenario.yaml").is_file():
@@ -375,7 +375,7 @@ def build_twin(live_dir: Path, twin: Path | None = None) -> Twin:
 def compare_run(live_dir: Path, twin: Path | None) -> tuple:
     """One live run and its twin on the same requests: (live records, sim records, the Twin),
     completed requests only."""
-    from pddbench.runner import simulate_summary
+    from pddbench.measure.runner import simulate_summary
 
     for name in ("records.parquet", "trace.jsonl", "scenario.yaml"):
         if not (live_dir / name).is_file():
@@ -442,7 +442,7 @@ def fidelity(live_dir: Path, twin: Path | None, out: Path, confidence: float = 0
     repeat folder (each repeat compared with its own twin run)."""
     import pandas as pd
 
-    from pddbench.io import check_out_place
+    from pddbench.core.io import check_out_place
 
     check_out_place(out)
     runs = live_runs(live_dir)

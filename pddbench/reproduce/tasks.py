@@ -1,12 +1,12 @@
 """The simulations of `pddbench reproduce` and how they are run: the settings, the scenario
 variants and sweeps, every task as (key, payload), and the three stages on one executor
 (`simulate_all`): each deployment's best split at the article's chip counts
-(pddbench/best_vs_best.py, `optimize` on seed 0); every simulation that needs no measured
+(pddbench/reproduce/best_vs_best.py, `optimize` on seed 0); every simulation that needs no measured
 capacity (shipped and best splits, the equal-prefill control, the regime's capacities, bathtub,
 map, variants); then the runs whose load comes from those capacities: the regime variants at the
-regime load and the load ladder (pddbench/regime.py), and both best splits at common loads
-(pddbench/common_load.py).
-The measurements and the ledger are pddbench/reproduce.py's."""
+regime load and the load ladder (pddbench/reproduce/regime.py), and both best splits at common loads
+(pddbench/reproduce/common_load.py).
+The measurements and the ledger are pddbench/reproduce/job.py's."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from pddbench import best_vs_best as bvb
-from pddbench import common_load, regime
-from pddbench.io import write_json, write_text
-from pddbench.shipped import SCENARIOS
+from pddbench.reproduce import best_vs_best as bvb
+from pddbench.reproduce import regime
+from pddbench.reproduce import common_load
+from pddbench.core.io import write_json, write_text
+from pddbench.core.shipped import SCENARIOS
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST
 
 console = Console(stderr=True)
@@ -41,8 +42,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "regime-pdd": ("regime-pdd", []),
 }
 SEARCHED = ["same-dc-pd", "pdd"]  # throughput within SLA, per seed
-REGIME = [n for n in VARIANTS if n.startswith("regime-")]  # run at the load pddbench/regime.py chooses
-COMMON = ["best-same-dc-pd", "best-pdd"]  # the common-load sweep's pair (pddbench/common_load.py)
+REGIME = [n for n in VARIANTS if n.startswith("regime-")]  # run at the load pddbench/reproduce/regime.py chooses
+COMMON = ["best-same-dc-pd", "best-pdd"]  # the common-load sweep's pair (pddbench/reproduce/common_load.py)
 
 # The bathtub: a fixed workload on both deployments, hit rate swept (stated, not fitted).
 BATHTUB_SET = ["workload.source=fixed", "workload.fixed.input_tokens=32768", "workload.fixed.output_tokens=256",
@@ -93,7 +94,7 @@ class Settings:
 
 
 def _overrides(name: str, seed: int, cfg: Settings) -> list[str]:
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     file, extra = VARIANTS[name]
     sc = load_scenario(PAPER / f"{file}.yaml")
@@ -111,7 +112,7 @@ def _overrides(name: str, seed: int, cfg: Settings) -> list[str]:
 
 def _variant(name: str, seed: int, cfg: Settings, extra: list[str] | tuple = ()):
     """A variant's scenario on one seed, with `extra` overrides after the variant's own."""
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     return load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg) + list(extra))
 
@@ -136,7 +137,7 @@ def _scenario_task(name: str, seed: int, cfg: Settings, kind: str, extra: list[s
 
 def _split_scenario(mname: str, split: dict, seed: int, cfg: Settings, extra: list[str] | tuple = ()):
     """A measured deployment of the best-vs-best comparison: its paper scenario with `split`."""
-    from pddbench.optimize import with_split
+    from pddbench.sweep.optimize import with_split
 
     return with_split(_variant(bvb.MEASURED[mname], seed, cfg, [f"name={mname}", *extra]), split)
 
@@ -221,7 +222,7 @@ def fill_reused(results: dict, best: dict, plan: dict, seeds: int) -> None:
 
 def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
     """Per seed, the WAN line's capacity in req/s at the KV bytes per request cross-DC PD shipped
-    at its regime capacity probe (pddbench/regime.py)."""
+    at its regime capacity probe (pddbench/reproduce/regime.py)."""
     from netem.link_model import effective_rate_gbps
 
     out = []
@@ -236,9 +237,9 @@ def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
 def dependent_tasks(cfg: Settings, plan: dict, results: dict, regime_load: dict, loads: dict,
                     ladder: dict) -> list[tuple[tuple, object]]:
     """The runs that need measured capacities: the regime variants at the regime load, same-DC and
-    cross-DC PD on the load ladder (pddbench/regime.py), and both best splits at every common load
+    cross-DC PD on the load ladder (pddbench/reproduce/regime.py), and both best splits at every common load
     (each seed's rate scale from its own trace's rate)."""
-    from pddbench.capacity import rate_scale_for
+    from pddbench.measure.capacity import rate_scale_for
 
     tasks: list[tuple[tuple, object]] = []
     for seed in range(cfg.seeds):
@@ -276,7 +277,7 @@ def cpu_seconds() -> float:
 def run_tasks(out: Path, cfg: Settings, tasks, ex, walls: dict[str, float]) -> dict:
     """Run every task through the executor `ex` (-j / --ray); results by key. Seed-0 runs become
     run folders under runs/ (records, summary, figures) for the comparisons and figures."""
-    from pddbench.io import atomic_path, run_folder
+    from pddbench.core.io import atomic_path, run_folder
 
     results: dict = {}
     for i, text in ex.run([p for _, p in tasks]):

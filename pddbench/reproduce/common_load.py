@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pddbench.claim_rows import change, row
-from pddbench.ledger import Row
+from pddbench.reproduce.claim_rows import change, row
+from pddbench.reproduce.ledger import Row
 
 LIGHT_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
 FULL_FRACTIONS = tuple(round(0.1 * i, 1) for i in range(1, 10))

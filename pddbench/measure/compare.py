@@ -7,10 +7,10 @@ from typing import Callable
 
 import pandas as pd
 
-from pddbench.errors import InputError, UserError
-from pddbench.io import atomic_path, write_json
-from pddbench.loading import read_json
-from pddbench.records import read_records
+from pddbench.core.errors import InputError, UserError
+from pddbench.core.io import atomic_path, write_json
+from pddbench.core.loading import read_json
+from pddbench.metrics.records import read_records
 
 ROWS = [
     ("requests completed", lambda s: s["requests_completed"]),
@@ -76,7 +76,7 @@ OPTIONAL_NUMBERS = ("output_tokens_per_s", "offered_rps", "sla.percentile", "sla
 
 def _check_numbers(summary: dict, folder: Path) -> None:
     """Every value compare reads is a finite number or null; one line naming the run folder and metric."""
-    from pddbench.gate.inputs import why_not_number  # the gate's test: one definition of "a finite number"
+    from pddbench.core.loading import why_not_number  # the gate's test too: one definition of "a finite number"
 
     where = str(folder / "summary.json")
     for name in NUMBERS + OPTIONAL_NUMBERS:
@@ -188,8 +188,8 @@ def run_compare(folders: list[Path], out: Path | None, results: Path,
                 warn: Callable[[str], None] = lambda _m: None, baseline: str | None = None) -> tuple[pd.DataFrame, Path]:
     """`pddbench compare`: check the output place, read every run, then claim the folder (`out`
     or a new RESULTS/compare/<run-id>/) and write the comparison."""
-    from pddbench.io import run_folder
-    from pddbench.io import check_out_options
+    from pddbench.core.io import run_folder
+    from pddbench.core.io import check_out_options
 
     check_out_options(out, results)
     runs = load_runs(folders, warn)

@@ -1,7 +1,7 @@
 """Best split against best split at an equal chip budget, and the equal-prefill control (issue 14.3).
 
 A fixed split decides a comparison, so reproduce searches each deployment's best instance split
-with `pddbench optimize` (pddbench/optimize.py, on reproduce's own executor) at the article's chip
+with `pddbench optimize` (pddbench/sweep/optimize.py, on reproduce's own executor) at the article's chip
 counts: same-DC PD 88 chip A, PDD 43 chip A + 32 chip B (the article's near-equal budget: -5.3 %
 hardware cost at the assumed prices). The search runs on seed 0; the best splits are then measured
 on every seed (a capacity search and a run at base load).
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pddbench.capacity import MIN_REQUESTS
-from pddbench.claim_rows import change, row
-from pddbench.ledger import Row
-from pddbench.optimize import chips_used, label, optimize
-from pddbench.scenario import Scenario
+from pddbench.measure.capacity import MIN_REQUESTS
+from pddbench.reproduce.claim_rows import change, row
+from pddbench.reproduce.ledger import Row
+from pddbench.sweep.optimize import chips_used, label, optimize
+from pddbench.schema.scenario import Scenario
 from pddbench.sweep.executors import Executor
 
 BUDGETS = {"same-dc-pd": {"A": 88}, "pdd": {"A": 43, "B": 32}}

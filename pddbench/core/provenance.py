@@ -15,7 +15,7 @@ from pathlib import Path
 import pddbench
 from pddbench._compiled import simulator_build
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _version_of(dist: str) -> str | None:

@@ -19,10 +19,10 @@ import itertools
 import math
 from typing import Callable
 
-from pddbench.errors import UserError
-from pddbench.limits import (DEFAULT_REQUESTS, MAX_OPTIMIZE_SIZES, MAX_OPTIMIZE_SPLITS, SIM_S_PER_REQUEST,
+from pddbench.core.errors import UserError
+from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_OPTIMIZE_SIZES, MAX_OPTIMIZE_SPLITS, SIM_S_PER_REQUEST,
                              capacity_probes, check_size, duration, nominal_requests)
-from pddbench.scenario import ROLES_OF_KIND, Scenario
+from pddbench.schema.scenario import ROLES_OF_KIND, Scenario
 from pddbench.sweep.executors import Executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
 
@@ -305,11 +305,11 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
     """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/.
     The budget is parsed and its splits counted (refused past `max_splits`, with an estimate)
     before the workload is generated or any folder claimed."""
-    from pddbench.capacity import check_capacity_workload
-    from pddbench.io import check_out_options, run_folder, write_json
-    from pddbench.provenance import provenance
+    from pddbench.measure.capacity import check_capacity_workload
+    from pddbench.core.io import check_out_options, run_folder, write_json
+    from pddbench.core.provenance import provenance
     from pddbench.report.optimize_figure import optimize_figure
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
     from pddbench.sweep.executors import make_executor
     from pddbench.workload.source import workload_requests
 

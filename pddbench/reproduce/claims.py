@@ -1,6 +1,6 @@
 """The article's claims, one row each: what it reported, in which unit, how a simulated value is
 judged (kind and tolerance) and what the simulated value rests on. The measurements live in
-pddbench/reproduce.py (one function per group); this file is the table a reader checks against
+pddbench/reproduce/job.py (one function per group); this file is the table a reader checks against
 pdd-brief.md.
 
 Tolerances are absolute, in the claim's unit, chosen before any measurement: +-10 percentage
@@ -12,31 +12,31 @@ kept as a row with article None (verdict "not measurable", the simulated value s
 
 from __future__ import annotations
 
-from pddbench.ledger import Claim
+from pddbench.reproduce.ledger import Claim
 
 INF = float("inf")
 LOWER = (-100.0, 0.0)   # a relative change in %, direction only: lower
 HIGHER = (0.0, INF)     # direction only: higher
 
 _REGIME = ("the regime scenarios (scenarios/paper/regime-*.yaml, 1,500 requests) at the regime load reproduce chose "
-           "from measured capacities (pddbench/regime.py: 0.9 x the smallest, over seeds, of same-DC and cross-DC "
+           "from measured capacities (pddbench/reproduce/regime.py: 0.9 x the smallest, over seeds, of same-DC and cross-DC "
            "PD's capacity within a 30 s P90 TTFT service bound and of the WAN line's); load and prompt sizes in the "
            "context line")
-_LADDER = ("the regime scenarios on the load ladder (pddbench/regime.py): 0.5, 0.7, 0.9, 1.0, 1.2 x same-DC PD's "
+_LADDER = ("the regime scenarios on the load ladder (pddbench/reproduce/regime.py): 0.5, 0.7, 0.9, 1.0, 1.2 x same-DC PD's "
            "regime capacity (the smallest over seeds, within the 30 s P90 TTFT service bound); cross-DC PD on enough WAN "
            "lines that the top rung keeps them at most 0.9 busy; rungs and loads in the context line")
 _BASE = "scenarios/paper (assumed model, chips, SLA, load: see base.yaml)"
 _BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found by "
-         "`pddbench optimize` on seed 0 and measured on every seed (pddbench/best_vs_best.py)")
+         "`pddbench optimize` on seed 0 and measured on every seed (pddbench/reproduce/best_vs_best.py)")
 _CONTROL = ("PDD's best split with its prefill pool replaced by same-DC PD's best (equal prefill chips; relay and MD "
-            "as PDD's best, so its chip A count may differ from 43) vs same-DC PD's best (pddbench/best_vs_best.py)")
+            "as PDD's best, so its chip A count may differ from 43) vs same-DC PD's best (pddbench/reproduce/best_vs_best.py)")
 _COMMON = ("both best splits on the same request stream at common offered loads from 0.1 to 0.9 x the smaller of "
-           "their capacities (pddbench/common_load.py); the article does not say at which load its TTFT was measured")
+           "their capacities (pddbench/reproduce/common_load.py); the article does not say at which load its TTFT was measured")
 
 CLAIMS: list[Claim] = [
     # -- the workload: hit-rate skew
     Claim("hit_mix_mooncake", "requests hitting above 95% (shipped Mooncake trace)", (0.70, 0.80), "share", "range",
-          0.0, "the shipped Mooncake trace's 512-token prefix hashes (pddbench.shipped.MOONCAKE_TRACE), no simulation"),
+          0.0, "the shipped Mooncake trace's 512-token prefix hashes (pddbench.core.shipped.MOONCAKE_TRACE), no simulation"),
     Claim("hit_mix_generated", "requests hitting above 95% (generated agentic trace)", (0.70, 0.80), "share", "range",
           0.005, "matches by construction: the generator's target_hist puts 80% above 95% (PDD_LIKE_HIST)"),
     # -- naive cross-DC PD in a regime comparable to the article's

@@ -12,7 +12,7 @@ import math
 from decimal import Decimal
 from typing import Callable
 
-from pddbench.errors import UserError
+from pddbench.core.errors import UserError
 
 MAX_SWEEP_POINTS = 10_000        # points x repeats of one sweep file (`sweep --max-points`)
 MAX_REPEATS = 100                # `run --repeat` (`run --max-repeats`)
@@ -51,10 +51,13 @@ def count_text(n: int) -> str:
     return f"{Decimal(n):.1e}"  # any size (float(n) overflows past 1.8e308)
 
 
+def section_rounds(iterations: int, k: int) -> int:
+    """Rounds of k-section that narrow the bracket at least as much as `iterations` bisections."""
+    return iterations if k == 1 else math.ceil(iterations * math.log(2) / math.log(k + 1) - 1e-9)
+
+
 def capacity_probes(iterations: int, per_round: int = 1) -> int:
     """Probes of one capacity search, typical: bracketing plus the k-section rounds."""
-    from pddbench.capacity import section_rounds
-
     return BRACKET_PROBES * per_round + section_rounds(iterations, per_round) * per_round
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parents[1]  # pddbench/
 SCENARIOS = _HERE / "scenarios"
 TRACES = _HERE / "traces"
 MOONCAKE_TRACE = TRACES / "mooncake" / "synthetic_trace.jsonl"

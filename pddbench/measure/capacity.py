@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from pddbench.runner import simulate_summary
-from pddbench.scenario import Scenario
+from pddbench.core.limits import section_rounds
+from pddbench.measure.runner import simulate_summary
+from pddbench.schema.scenario import Scenario
 from pddbench.workload.source import workload_requests
 
 ProbeMany = Callable[[list[float]], list[dict]]  # absolute rate scales -> their summaries, in order
@@ -58,11 +59,6 @@ def binding_criterion(probes: list[dict], best: dict | None, summaries: dict[flo
     if st["sla_failing"]:
         return min(st["sla_failing"], key=lambda c: st[f"{c}_ok_fraction"]), failed_criteria(st)
     return "instability", failed_criteria(st)
-
-
-def section_rounds(iterations: int, k: int) -> int:
-    """Rounds of k-section that narrow the bracket at least as much as `iterations` bisections."""
-    return iterations if k == 1 else math.ceil(iterations * math.log(2) / math.log(k + 1) - 1e-9)
 
 
 def _local_prober(sc: Scenario) -> ProbeMany:
@@ -185,8 +181,8 @@ def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
 def check_capacity_workload(sc: Scenario, where: str) -> None:
     """Capacity scales the arrivals: refuse a workload whose arrivals span no time, or would span
     more than can be simulated at the slowest rate probed (2**-8 of the scenario's)."""
-    from pddbench.errors import UserError
-    from pddbench.runner import simulable_requests
+    from pddbench.core.errors import UserError
+    from pddbench.measure.runner import simulable_requests
 
     reqs = simulable_requests(sc, where, slowest_scale=2.0 ** -8)
     if reqs[-1].timestamp_ms == reqs[0].timestamp_ms:

@@ -47,7 +47,7 @@ class OutputTarget:
 
 def output_target(path: Path) -> OutputTarget:
     """Classify an output path before anything is written; refuse what cannot be written."""
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     if path.is_symlink():
         resolved = Path(os.path.realpath(path))
@@ -73,7 +73,7 @@ def output_target(path: Path) -> OutputTarget:
 def _streamed(dest: Path) -> Iterator[Path]:
     """Write the output to a private temp file, then copy it into the device or FIFO. A FIFO
     without a reader is refused rather than waited on (nothing a user types may hang)."""
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     tmp_dir = tempfile.mkdtemp(prefix="pddbench-out-")
     tmp_path = Path(tmp_dir) / dest.name
@@ -159,7 +159,7 @@ def check_out_place(out: Path, option: str = "--out", folder: bool = True) -> No
     """Refuse, before any work, an output place that cannot be used: a file where a folder is
     needed (or a folder where a file is), a path under a file, an unwritable place, or a run
     folder that is not empty."""
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     if folder and out.exists() and not out.is_dir():
         raise UserError(f"{option} {out} is a file, not a folder")
@@ -200,7 +200,7 @@ def _is_run_folder(folder: Path) -> bool:
 
 
 def _place_error(path: Path, option: str, exc: OSError):
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     return UserError(f"{option} {path}: cannot create it ({exc.strerror or exc})")
 
@@ -215,7 +215,7 @@ def _write_claim(folder: Path) -> None:
 def claim_out_folder(out: Path) -> Path:
     """A user-chosen run folder: it must be new or empty (runs never overwrite each other). Of two
     runs claiming it at once, exactly one gets it."""
-    from pddbench.errors import UserError
+    from pddbench.core.errors import UserError
 
     if (out / FAILED).is_file() and not (out / CLAIM).exists():
         discard_folder(out, made_here=False)  # a failed run's leftovers give way to the re-run
@@ -274,7 +274,7 @@ def run_folder(out: Path | None, results: Path, name: str) -> Iterator[RunFolder
     nothing, or, after interrupted(), a folder whose files all say so; any other error removes
     what was written (a live run keeps its logs beside a FAILED note), so a corrected re-run with
     the same --out works. Raises Interrupted (a KeyboardInterrupt) with a line saying what was kept."""
-    from pddbench.errors import Interrupted
+    from pddbench.core.errors import Interrupted
 
     made = out is None or not out.exists()
     path = new_run_dir(results, name) if out is None else claim_out_folder(out)

@@ -23,7 +23,7 @@ from typing import IO, Any, Iterator
 import yaml
 
 from netem.strict_yaml import StrictLoader  # one definition for scenarios, sweeps and link profiles
-from pddbench.errors import InputError
+from pddbench.core.errors import InputError
 
 MAX_DEPTH = 64  # nesting deeper than this is not a trace line or a scenario
 GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
@@ -232,3 +232,24 @@ def _finite_cell(value: Any, path: str, line: int, field: Any) -> float:
     if not math.isfinite(number):
         raise InputError(path, f"must be a finite number, got {value!r}", line, field)
     return number
+
+
+def why_not_number(value) -> str | None:
+    """Why `value` is not a finite plain number (None when it is one, or null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return "a number too large for a float"
+        return None if math.isfinite(number) else f"not finite ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, dict):
+        return "a mapping (nested values), not a number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"

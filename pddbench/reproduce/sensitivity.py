@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pddbench.io import save_figure
+from pddbench.core.io import save_figure
 from pddbench.report.plotting import pyplot
 
 SHORT = {"sla.tpot_ms": "TPOT SLA (ms)", "network.wan": "WAN line", "model.kv_bytes_per_token": "KV bytes/token",

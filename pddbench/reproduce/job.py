@@ -4,12 +4,12 @@ bathtub and the sensitivity map, and put every figure of the article beside its 
 (the ledger: reproduce.json, report.md, report.html). Everything lands in one new run folder.
 
 Beside the article's figures it compares each deployment's best split at an equal chip budget,
-the equal-prefill control and both best splits at common loads (pddbench/best_vs_best.py,
-pddbench/common_load.py), and runs the naive cross-DC regime at a load chosen from measured
-capacities (pddbench/regime.py).
+the equal-prefill control and both best splits at common loads (pddbench/reproduce/best_vs_best.py,
+pddbench/reproduce/common_load.py), and runs the naive cross-DC regime at a load chosen from measured
+capacities (pddbench/reproduce/regime.py).
 
-The simulations and their stages are pddbench/reproduce_tasks.py's. The claims are defined in
-pddbench/claims.py; each `measure_*` function below turns the runs'
+The simulations and their stages are pddbench/reproduce/tasks.py's. The claims are defined in
+pddbench/reproduce/claims.py; each `measure_*` function below turns the runs'
 summaries into ledger rows for one group of claims (one value per seed)."""
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pddbench import best_vs_best as bvb
-from pddbench import common_load, regime
-from pddbench.claim_rows import change as _chg
-from pddbench.claim_rows import row as _row
-from pddbench.claims import CLAIMS
-from pddbench.io import new_run_dir, write_json, write_text
-from pddbench.ledger import Row
-from pddbench.reproduce_tasks import (COMMON, HIT_MIX_NAMES, MAP_FULL, MAP_LIGHT, PAPER, PDD_ONLY_AXES, REQUESTS_ENV,
+from pddbench.reproduce import best_vs_best as bvb
+from pddbench.reproduce import regime
+from pddbench.reproduce import common_load
+from pddbench.reproduce.claim_rows import change as _chg
+from pddbench.reproduce.claim_rows import row as _row
+from pddbench.reproduce.claims import CLAIMS
+from pddbench.core.io import new_run_dir, write_json, write_text
+from pddbench.reproduce.ledger import Row
+from pddbench.reproduce.tasks import (COMMON, HIT_MIX_NAMES, MAP_FULL, MAP_LIGHT, PAPER, PDD_ONLY_AXES, REQUESTS_ENV,
                                       SEARCHED, VARIANTS, Settings, Simulated, cpu_seconds, simulate_all)
-from pddbench.shipped import MOONCAKE_TRACE
+from pddbench.core.shipped import MOONCAKE_TRACE
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
 
 console = Console(stderr=True)
@@ -154,9 +155,9 @@ def measure_handoff(seeds: int) -> list[Row]:
     from netem import load_profile
     from netem.link_model import effective_delay_ms, effective_rate_gbps, predict_transfer_ms
     from netem.sampling import JitterSampler
-    from pddbench.handoff_bench import recompute_model_ms
+    from pddbench.measure.handoff_bench import recompute_model_ms
     from pddbench.policy.pdd import handoff_message_bytes
-    from pddbench.scenario import load_scenario
+    from pddbench.schema.scenario import load_scenario
 
     sc = load_scenario(PAPER / "pdd.yaml")
     kv = sc.model.kv_bytes_per_token * 100
@@ -321,7 +322,7 @@ def context_line(op: dict, cfg: Settings) -> str:
             f"{sla.get('ttft_ms', 0) / 1000:g} s, TPOT {sla.get('tpot_ms', 0):g} ms. Naive cross-DC TTFT p50/p90/p99 (s): "
             f"base load same-DC {fmt(inf['base'], 'same_dc')} -> cross-DC {fmt(inf['base'], 'cross_dc')}; regime same-DC "
             f"{fmt(inf['regime'], 'same_dc')} -> cross-DC {fmt(inf['regime'], 'cross_dc')}. {op['load_ladder']['words']} "
-            "Assumptions: scenarios/paper/*.yaml; verdict tolerances: pddbench/claims.py.")
+            "Assumptions: scenarios/paper/*.yaml; verdict tolerances: pddbench/reproduce/claims.py.")
 
 
 def ledger_rows(s: dict, cap: dict, tub, cfg: Settings, regime_load: dict, ladder: dict,
@@ -342,9 +343,9 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     """`jobs`: worker processes (None: all cores). Writes the ledger (reproduce.json, report.md,
     report.html), figures, run folders, comparisons, sweeps; with `update_readme`, regenerates
     that README's section between the ledger markers."""
-    from pddbench.report.ledger_report import report_html, report_markdown
-    from pddbench.report.ledger_report import update_readme as write_readme
-    from pddbench.report.sensitivity import describe_map
+    from pddbench.reproduce.ledger_report import report_html, report_markdown
+    from pddbench.reproduce.ledger_report import update_readme as write_readme
+    from pddbench.reproduce.sensitivity import describe_map
     from pddbench.sweep.executors import check_ray_option
 
     cfg = Settings.make(full, jobs, ray, requests, seeds)
@@ -403,7 +404,7 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
 
 def _comparisons(folders: dict, plan: dict, out: Path) -> None:
     """The side-by-side comparisons a reader opens first (compare-*/)."""
-    from pddbench.compare import compare_runs
+    from pddbench.measure.compare import compare_runs
 
     compare_runs([folders[n] for n in ("same-dc-pd", "cross-dc-pd", "pdd")], out / "compare-deployments", baseline="same-dc-pd")
     compare_runs([folders[n] for n in plan], out / "compare-best-splits", baseline="best-same-dc-pd")
@@ -419,9 +420,9 @@ def _comparisons(folders: dict, plan: dict, out: Path) -> None:
 def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict, plan: dict, sens, axes: list,
              cfg) -> list:
     """Every figure of the report, as (title, path); each title says scenario, load and SLA."""
-    from pddbench.report import reproduce_figures as rf
-    from pddbench.report.common_load_figure import common_load_figure
-    from pddbench.report.sensitivity import map_heatmaps
+    from pddbench.reproduce import figures as rf
+    from pddbench.reproduce.common_load_figure import common_load_figure
+    from pddbench.reproduce.sensitivity import map_heatmaps
 
     sla_text = (f"SLA P{op['sla'].get('percentile', 90):g} TTFT {op['sla']['ttft_ms'] / 1000:g} s / TPOT "
                 f"{op['sla']['tpot_ms']:g} ms")
@@ -453,7 +454,7 @@ def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict,
 
 
 def _print_summary(rows, context: str, comparison: str, words: dict, wall: float) -> None:
-    from pddbench.report.tables import print_ledger
+    from pddbench.reproduce.ledger_report import print_ledger
 
     print_ledger(rows)
     console.print(f"[bold]operating point[/]: {context}", highlight=False)

@@ -6,7 +6,7 @@ production service. A load past the cross-DC line's capacity (the hand-picked 22
 replaces) makes cross-DC TTFT a growing queue (P50 ~690 s) that no service would run at. The rule,
 fixed before measuring: the article says a good token service keeps total latency under ~30 s,
 so each deployment's capacity here is its throughput within that service bound (P90 TTFT <= 30 s,
-the scenario's TPOT bound, the steady-state search of pddbench/capacity.py on the regime's own
+the scenario's TPOT bound, the steady-state search of pddbench/measure/capacity.py on the regime's own
 1,500-request trace, every seed), and the regime load is 0.9 x the smallest of same-DC PD's and
 naive cross-DC PD's capacities over the seeds: a busy load at which neither is unstable.
 

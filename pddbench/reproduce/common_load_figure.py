@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddbench.io import save_figure
+from pddbench.core.io import save_figure
 from pddbench.report.plotting import pyplot
 
 PANELS = (("ttft_mean_ms", "mean TTFT (s)", 1e-3), ("ttft_p90_ms", "P90 TTFT (s)", 1e-3),

@@ -11,18 +11,18 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pddbench.errors import InputError, UserError
-from pddbench.io import check_out_options, check_out_place, run_folder, write_json, write_text
+from pddbench.core.errors import InputError, UserError
+from pddbench.core.io import check_out_options, check_out_place, run_folder, write_json, write_text
 from pddbench.metrics.summary import summarize
-from pddbench.records import write_records
-from pddbench.scenario import Scenario, load_scenario
+from pddbench.metrics.records import write_records
+from pddbench.schema.scenario import Scenario, load_scenario
 
 console = Console(stderr=True)
 
 
 def simulate_summary(sc: Scenario, show_progress: bool = False, reqs=None):
     """Simulate and summarise; returns (records, summary)."""
-    from pddbench.provenance import provenance
+    from pddbench.core.provenance import provenance
     from pddbench.sim.run import simulate
 
     started = time.perf_counter()  # wall time of the simulation itself, reported, never simulated
@@ -66,7 +66,7 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
         write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
         with _naming(path):
             records, summary = simulate_summary(sc, show_progress=True, reqs=reqs)
-        _write_sim_run(folder.path, records, summary, [f"scenario {path} overrides {overrides}",
+        write_sim_run(folder.path, records, summary, [f"scenario {path} overrides {overrides}",
                                                        f"run folder {folder.path}"])
         if summary["interrupted"]:
             folder.interrupted(f"{summary['requests_total']} requests ({summary['requests_completed']} completed)")
@@ -96,7 +96,7 @@ def simulable_requests(sc: Scenario, where: str, slowest_scale: float = 1.0) -> 
     return reqs
 
 
-def _write_sim_run(run_dir: Path, records, summary: dict, log: list[str]) -> None:
+def write_sim_run(run_dir: Path, records, summary: dict, log: list[str]) -> None:
     write_records(run_dir / "records.parquet", records)
     write_json(run_dir / "summary.json", summary)
     from pddbench.report.run_figures import run_figures

@@ -1,12 +1,12 @@
-"""Ledger rows from measured values: a claim's row by id (pddbench/claims.py) and the relative
+"""Ledger rows from measured values: a claim's row by id (pddbench/reproduce/claims.py) and the relative
 change most rows are made of. Shared by reproduce and the comparison modules it runs."""
 
 from __future__ import annotations
 
 import math
 
-from pddbench.claims import BY_ID
-from pddbench.ledger import Row
+from pddbench.reproduce.claims import BY_ID
+from pddbench.reproduce.ledger import Row
 
 
 def change(new, old) -> float | None:

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pddbench.io import save_figure
-from pddbench.ledger import Row
-from pddbench.loading import read_json
-from pddbench.records import read_records
+from pddbench.core.io import save_figure
+from pddbench.reproduce.ledger import Row
+from pddbench.core.loading import read_json
+from pddbench.metrics.records import read_records
 from pddbench.report.plotting import pyplot
 
 VERDICT_COLOR = {"reproduced": "tab:green", "same sign only": "tab:orange", "not reproduced": "tab:red",

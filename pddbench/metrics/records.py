@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddbench.io import atomic_path
+from pddbench.core.io import atomic_path
 
 # name -> pandas dtype; the order is the column order on disk.
 RECORD_FIELDS: dict[str, str] = {

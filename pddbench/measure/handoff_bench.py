@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pddbench.errors import UserError
-from pddbench.io import run_folder
+from pddbench.core.errors import UserError
+from pddbench.core.io import run_folder
 from pddbench.live import handoff_bench as hb
-from pddbench.scenario import Scenario, load_scenario
+from pddbench.schema.scenario import Scenario, load_scenario
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def run_handoff_bench(cfg: BenchSettings, out: Path | None, results: Path) -> tu
     (new or empty) or a new results/handoff-bench/<run-id>/; returns the summary and the folder."""
     from netem import load_profile
     from pddbench.live.replay import check_endpoint
-    from pddbench.io import check_out_options
+    from pddbench.core.io import check_out_options
 
     if cfg.md_endpoint:
         check_endpoint(cfg.md_endpoint, "--md-endpoint")

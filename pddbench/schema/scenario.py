@@ -15,10 +15,10 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_serializer, model_validator
 
 from netem.profile import LinkProfile, load_profile
-from pddbench.errors import InputError, UserError
-from pddbench.loading import is_stdin, load_yaml, load_yaml_value, read_text
-from pddbench.shipped import resolve_scenario, shipped_scenario_names
-from pddbench.runtime_config import LatencyConfig, LiveConfig, TwinCalibration
+from pddbench.core.errors import InputError, UserError
+from pddbench.core.loading import is_stdin, load_yaml, load_yaml_value, read_text
+from pddbench.core.shipped import resolve_scenario, shipped_scenario_names
+from pddbench.schema.runtime_config import LatencyConfig, LiveConfig, TwinCalibration
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
@@ -291,7 +291,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _yaml_line(text: str, loc: tuple) -> tuple[int | None, bool]:
+def yaml_line(text: str, loc: tuple) -> tuple[int | None, bool]:
     """1-based line of the deepest YAML node on the path `loc`, and whether all of `loc` was found."""
     try:
         node = yaml.compose(text)
@@ -317,13 +317,13 @@ def _yaml_line(text: str, loc: tuple) -> tuple[int | None, bool]:
 Layers = list[tuple[Path, str]]  # the scenario file, then the bases it extends: (path, text)
 
 
-def _where(layers: Layers, loc: tuple) -> tuple[Path, int | None]:
+def where(layers: Layers, loc: tuple) -> tuple[Path, int | None]:
     """The file (the scenario or the base that sets it) and line of the value at `loc`."""
     for path, text in layers:
-        line, complete = _yaml_line(text, loc)
+        line, complete = yaml_line(text, loc)
         if complete:
             return path, line
-    return layers[0][0], _yaml_line(layers[0][1], loc)[0]
+    return layers[0][0], yaml_line(layers[0][1], loc)[0]
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -333,7 +333,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, Layers]:
+def read_yaml(path: Path, depth: int = 0) -> tuple[dict, Layers]:
     """A scenario mapping; `extends: other.yaml` (relative to the file) is merged underneath."""
     if path.is_dir() or not (path.exists() or is_stdin(path)):
         what = "is a directory, not a scenario file" if path.is_dir() else "no such scenario file"
@@ -348,14 +348,14 @@ def _read_yaml(path: Path, depth: int = 0) -> tuple[dict, Layers]:
     if parent is None:
         return data, [(path, text)]
     if not isinstance(parent, str) or not parent.strip():
-        raise InputError(str(path), "must name a base scenario file", _yaml_line(text, ("extends",))[0], "extends")
+        raise InputError(str(path), "must name a base scenario file", yaml_line(text, ("extends",))[0], "extends")
     if depth > 8:
         raise InputError(str(path), "extends nests too deep (a cycle?)", field="extends")
-    base, layers = _read_yaml(path.parent / parent, depth + 1)
+    base, layers = read_yaml(path.parent / parent, depth + 1)
     return _deep_merge(base, data), [(path, text), *layers]
 
 
-def _resolve_beside(data: dict, section: str, key: str, scenario: Path, overrides: list[str]) -> None:
+def resolve_beside(data: dict, section: str, key: str, scenario: Path, overrides: list[str]) -> None:
     """Relative data paths in a scenario file are relative to that file, so scenarios travel with
     their data; a path given with --set stays relative to the working directory."""
     block = data.get(section)
@@ -366,14 +366,14 @@ def _resolve_beside(data: dict, section: str, key: str, scenario: Path, override
         data[section][key] = str(scenario.parent / value)
 
 
-def _numbers(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
+def numbers(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
     """(location, problem) of every non-finite float and every integer beyond int64."""
     if isinstance(node, dict):
         for k, v in node.items():
-            yield from _numbers(v, (*loc, k))
+            yield from numbers(v, (*loc, k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            yield from _numbers(v, (*loc, i))
+            yield from numbers(v, (*loc, i))
     elif isinstance(node, float) and not math.isfinite(node):
         yield loc, f"must be a finite number, got {node}"
     elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
@@ -411,19 +411,19 @@ def _refuse(layers: Layers, loc: tuple, msg: str, overrides: list[str]) -> Input
     field = ".".join(map(str, loc))
     if any(o.split("=", 1)[0] == field for o in overrides):
         return InputError(str(layers[0][0]), msg + " (from --set)", field=field)
-    path, line = _where(layers, loc)
+    path, line = where(layers, loc)
     return InputError(str(path), msg, line=line, field=field)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "none", "LinkProfile"}
 
 
-def _clean_loc(loc: tuple) -> tuple:
+def clean_loc(loc: tuple) -> tuple:
     """pydantic's location without union-branch tags such as 'function-after[_check(), LinkProfile]'."""
     return tuple(p for p in loc if isinstance(p, int) or not (p in _TYPE_TAGS or re.search(r"[\[\](),]", p)))
 
 
-def _clean_msg(msg: str) -> str:
+def clean_msg(msg: str) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
     return re.sub(r"function-(after|before|wrap|plain)\[[^\]]*\]", "value", msg)
@@ -433,14 +433,14 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """A scenario by path, or a shipped one by name (e.g. 'paper/pdd')."""
     overrides = overrides or []
     path = resolve_scenario(path)
-    data, layers = _read_yaml(path)
+    data, layers = read_yaml(path)
     data = apply_overrides(data, overrides)
     for section, key in (("workload", "trace"), ("latency", "calibration_csv")):
-        _resolve_beside(data, section, key, path, overrides)
-    for loc, problem in (*_numbers(data), *_misplaced(data)):
+        resolve_beside(data, section, key, path, overrides)
+    for loc, problem in (*numbers(data), *_misplaced(data)):
         raise _refuse(layers, loc, problem, overrides)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise _refuse(layers, _clean_loc(err["loc"]), _clean_msg(err["msg"]), overrides) from None
+        raise _refuse(layers, clean_loc(err["loc"]), clean_msg(err["msg"]), overrides) from None

@@ -1,0 +1,1 @@
+"""Ground utilities: errors, atomic output, strict loading, provenance, shipped data."""

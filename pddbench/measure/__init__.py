@@ -1,0 +1,1 @@
+"""Commands that measure: run (and repeats), capacity, compare, fidelity, handoff-bench."""

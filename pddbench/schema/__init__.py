@@ -1,0 +1,1 @@
+"""The schema: scenario files and the runtime settings they carry."""
