@@ -91,7 +91,11 @@ def load_profile(ref: str | Path) -> LinkProfile:
         names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
         raise InputError(str(ref), f"no such link profile (shipped: {names})")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader) or {}  # noqa: S506 (a SafeLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506 (a SafeLoader)
+        if not isinstance(data, dict) or not data:
+            what = "is empty" if data is None or data == {} else f"holds a {type(data).__name__}"
+            raise InputError(str(path), f"{what}: a link profile is a YAML mapping of its settings "
+                             f"(see the shipped ones in {PROFILE_DIR})")
         data.setdefault("name", path.stem)
         return LinkProfile.model_validate(data)
     except yaml.YAMLError as exc:

@@ -69,7 +69,7 @@ def trace_synth_cmd(
 ) -> None:
     """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
     from pddbench.core.limits import SYNTH_BYTES_PER_REQUEST, SYNTH_S_PER_REQUEST, check_size
-    from pddbench.workload.synth import synth_trace
+    from pddbench.workload.synth import SynthConfig, synth_trace
     from pddbench.workload.trace import write_trace
 
     check_size("--requests", requests, max_requests, SYNTH_S_PER_REQUEST, f"give --max-requests {requests}",
@@ -80,7 +80,8 @@ def trace_synth_cmd(
             sys.stdout.write(r.to_json() + "\n")
     else:
         write_trace(out, reqs)
-        console.print(f"wrote {len(reqs)} requests to {out}")
+        console.print(f"wrote {len(reqs)} requests to {out} (after a {SynthConfig().derived_warmup_s():.0f} s "
+                      "warm-up of the session process, not in the trace: it starts from the steady mix)")
 
 
 SET_HELP = "Override a scenario value: dotted.path=value (YAML syntax), e.g. --set sla.ttft_ms=1500. Repeatable."
@@ -305,8 +306,10 @@ def netem_calibrate_cmd(
     """Measure the live link: RTT p50/p99/sd, bulk TCP goodput, delay-line lateness and CPU, drops;
     marks the link invalid when lateness p99 exceeds the profile's tolerance."""
     from netem.calibrate import calibrate
-    from pddbench.core.io import write_json
+    from pddbench.core.io import check_out_place, write_json
 
+    if out is not None:
+        check_out_place(out)
     res = _netem_call(calibrate, probes, interval_ms, bulk_s)
     if out is not None:
         write_json(out / "calibration.json", res)
@@ -319,7 +322,7 @@ def netem_calibrate_cmd(
                       f"(target {t['throughput_mbps']}); lateness p99 {res['lateness_ms']['p99'] or 0:.3f} ms")
     if not res["valid"]:
         console.print(f"[bold red]INVALID[/]: {res['invalid_reason']}")
-        raise typer.Exit(3)
+        raise typer.Exit(1)  # a measured failure, like a gate's regression (3 is an internal error)
 
 
 @app.command("replay")
@@ -329,7 +332,7 @@ def replay_cmd(
     model: str = typer.Option("tiny", "--model", help="Model name the server expects."),
     time_scale: Optional[float] = typer.Option(None, "--time-scale", min=0.0001, help="Replay the trace's timestamps X times faster."),
     rate: Optional[float] = typer.Option(None, "--rate", min=0.0001, help="Ignore timestamps; send at this mean rate."),
-    arrival: str = typer.Option("poisson", "--arrival", help="With --rate: constant | poisson | gamma."),
+    arrival: Optional[str] = typer.Option(None, "--arrival", help="With --rate: constant | poisson | gamma (default poisson)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Ignore timestamps; keep N requests in flight."),
     duration_s: Optional[float] = typer.Option(None, "--duration-s", min=0.1, help="Only requests scheduled within this many seconds."),
     block_size: int = typer.Option(512, "--block-size", min=1, help="Tokens per hash block of the trace."),
@@ -347,6 +350,10 @@ def replay_cmd(
     from pddbench.live.replay import replay_trace
     from pddbench.report.tables import print_summary
 
+    if arrival is not None and rate is None:
+        raise UserError("--arrival shapes the gaps of --rate; give --rate too (the trace's own timestamps, "
+                        "--time-scale and --concurrency have no arrival process)")
+    arrival = arrival or "poisson"
     summary, folder = replay_trace(endpoint, model, trace, out, results, block_size=block_size,
                                    vocab=(vocab_lo, vocab_hi), time_scale=time_scale, rate=rate, arrival=arrival,
                                    concurrency=concurrency, duration_s=duration_s, seed=seed, timeout_s=timeout_s,
@@ -402,7 +409,8 @@ def handoff_bench_cmd(
         None, "--kv-bytes-per-token", min=1,
         help="KV geometry: bytes per token, all layers; default the --scenario's model.kv_bytes_per_token."),
     trials: int = typer.Option(200, "--trials", min=2, help="Handoffs of each kind (interleaved)."),
-    profile: str = typer.Option("cross-city-10g", "--profile", help="WAN link profile (netem/profiles) or YAML path."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="WAN link profile (netem/profiles) or YAML path "
+                                          "(default cross-city-10g; not with --loopback)."),
     context_tokens: int = typer.Option(8192, "--context-tokens", min=0, help="Tokens already cached on MD when it recomputes."),
     md_endpoint: Optional[str] = typer.Option(None, "--md-endpoint", help="Measure the recompute on this real engine "
                                               "(OpenAI API); unset uses the scenario's MD latency model."),
@@ -423,6 +431,10 @@ def handoff_bench_cmd(
     from pddbench.measure.handoff_bench import BenchSettings, run_handoff_bench
     from pddbench.live.handoff_bench import describe
 
+    if loopback and profile is not None:
+        raise UserError(f"--loopback measures plain loopback with no emulated WAN, so --profile {profile} would "
+                        "not be applied; give one of them")
+    profile = profile or "cross-city-10g"
     cfg = BenchSettings(tokens, kv_bytes_per_token, trials, profile, context_tokens, md_endpoint, md_model,
                         str(scenario), loopback, seed)
     with console.status(f"{trials} KV and {trials} token-id handoffs over {'loopback' if loopback else profile} ..."):

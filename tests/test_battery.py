@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "reproduce": (["--requests", "30"], {"--results": FOLDER}),
     "trace stats": (["{trace}"], {"--out": FOLDER}),
     "trace synth": (["--requests", "5"], {"--out": FILE}),
-    "netem calibrate": ([], {"--out": FILE}),
+    "netem calibrate": ([], {"--out": FOLDER}),
     "model tiny": ([], {"--out": FOLDER}),
 }
 
@@ -204,3 +204,31 @@ def test_a_crash_is_exit_3_with_the_traceback_in_a_log(monkeypatch, tmp_path):
     assert res.code == 3 and res.one_line and "internal error" in res.err, res.err
     logs = list(tmp_path.glob("pddbench-crash-*.log"))
     assert len(logs) == 1 and "planted" in logs[0].read_text() and str(logs[0]) in " ".join(res.err.split())
+
+
+@pytest.mark.parametrize("args,words", [
+    (["replay", "--endpoint", "http://127.0.0.1:9", "--trace", "{trace}", "--arrival", "gamma"], "--arrival"),
+    (["replay", "--endpoint", "http://127.0.0.1:9", "--trace", "{trace}", "--rate", "5", "--concurrency", "2"],
+     "choose one"),
+    (["replay", "--endpoint", "http://127.0.0.1:9", "--trace", "{trace}", "--time-scale", "2", "--rate", "5"],
+     "choose one"),
+    (["handoff-bench", "--loopback", "--profile", "cross-city-10g"], "--loopback"),
+    (["sweep", "{sweep}", "--out", "{tmp}/o1", "--resume", "{tmp}/o2"], "--resume"),
+])
+def test_options_that_contradict_each_other_are_one_line(inputs, args, words):
+    res = cli(*(a.format(**inputs) for a in args))
+    assert res.code == 2 and res.one_line and words in res.err, res.err
+
+
+@pytest.mark.parametrize("text", ["- a\n", "42\n", "", "null\n", "{}\n", "'x'\n"])
+@pytest.mark.parametrize("command", ["run", "sweep", "gate-rules", "netem up", "capacity", "twin"])
+def test_a_yaml_whose_top_level_has_the_wrong_shape_is_one_line(tmp_path, inputs, command, text):
+    bad = tmp_path / "top.yaml"
+    bad.write_text(text)
+    args = {"run": ["run", bad], "sweep": ["sweep", bad], "capacity": ["capacity", bad],
+            "gate-rules": ["gate", inputs["run"], "--baseline", inputs["run"], "--rules", bad, "--history", tmp_path / "h"],
+            "netem up": ["netem", "up", bad], "twin": ["fidelity", inputs["run"], "--twin", bad]}[command]
+    if command == "netem up" and os.geteuid() != 0:
+        pytest.skip("netem needs root")
+    res = cli(*map(str, args))
+    assert res.code == 2 and res.one_line and "internal error" not in res.err, res.err

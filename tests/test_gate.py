@@ -597,3 +597,15 @@ def test_a_candidate_in_which_every_request_failed_is_a_regression_not_bad_input
     res = _code("gate", edited_run(sim_runs / "a", tmp_path / "nulls", failed), "--baseline", sim_runs / "a",
                 "--history", tmp_path / "h")
     assert res.code == 2 and res.one_line, res.err
+
+
+@pytest.mark.parametrize("state", ["running", "interrupted", "failed"])
+def test_a_repeat_series_that_did_not_complete_is_refused(sim_runs, tmp_path, state):
+    series = tmp_path / "series"
+    series.mkdir()
+    shutil.copytree(sim_runs / "a", series / "repeat-0")
+    (series / "repeats.json").write_text(json.dumps({"runs": ["repeat-0"], "repeats": 3, "state": state}))
+    res = _code("gate", series, "--baseline", series, "--history", tmp_path / "h")
+    assert res.code == 2 and res.one_line and state in res.err, res.err
+    (series / "repeats.json").write_text(json.dumps({"runs": ["repeat-0"], "repeats": 1, "state": "complete"}))
+    assert _code("gate", series, "--baseline", series, "--history", tmp_path / "h").code == 0

@@ -184,6 +184,11 @@ def _repeats(path: Path) -> GateInput:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) \
             or len(set(names)) != len(names):
         raise InputError(str(path / "repeats.json"), "must list the repeat folders, each once", field="runs")
+    state = meta.get("state")
+    if state is not None and state != "complete":
+        raise InputError(str(path / "repeats.json"), f"is {state!r}, not complete: {len(names)} of "
+                         f"{meta.get('repeats', '?')} repeats ran; gate a complete series (rerun `pddbench run "
+                         "--repeat N`)", field="state")
     runs, summaries, runtimes = [], [], set()
     for name in names:
         summary, runtime = _run(path / name)
