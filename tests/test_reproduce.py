@@ -106,6 +106,24 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
     for fig in ("article_vs_sim", "naive_cross_dc_cdf", "handoff_modes", "relay_only_drift", "bathtub", "common_load"):
         assert (out / "figures" / f"{fig}.png").is_file()
     _check_best_vs_best(out, data)
+    # 40-request capacities are not steady-state evidence: no verdict rests on them
+    for cid in ("throughput_change", "bcr_change", "cost_per_token_change", "throughput_change_best",
+                "throughput_change_equal_prefill"):
+        row = [r for r in data["rows"] if r["id"] == cid][0]
+        assert row["verdict"] == "inconclusive" and "--requests" in row["unsteady"], row
+
+
+def test_a_row_on_unsteady_evidence_has_no_verdict():
+    from pddbench.reproduce.claim_rows import row, unsteady, unsteady_reason
+
+    short = [{"requests": 400, "min_requests": 12_000, "warnings": ["fewer than min_requests"]}]
+    steady = [{"requests": 12_000, "min_requests": 12_000, "warnings": []}]
+    assert unsteady_reason(steady) == ""
+    settled = row("throughput_change", [30.0, 25.0])
+    assert settled.verdict != "inconclusive"
+    flagged = unsteady([row("throughput_change", [30.0, 25.0])], unsteady_reason(short + steady))[0]
+    assert flagged.verdict == "inconclusive" and "400" in flagged.unsteady and "12000" in flagged.unsteady
+    assert unsteady([row("throughput_change", [])], unsteady_reason(short))[0].verdict == "not measurable"
 
 
 def _check_best_vs_best(out, data):

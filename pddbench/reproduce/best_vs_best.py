@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pddbench.measure.capacity import MIN_REQUESTS
-from pddbench.reproduce.claim_rows import change, row
+from pddbench.reproduce.claim_rows import change, row, unsteady, unsteady_reason
 from pddbench.reproduce.ledger import Row
 from pddbench.sweep.optimize import chips_used, label, optimize
 from pddbench.schema.scenario import Scenario
@@ -105,7 +105,9 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
     ctl_note = (f"Control {lab[ctl]} vs same-DC {lab[base]}: {same_pre} Control capacity {_rps(cap[ctl])} req/s; "
                 + (f"control vs PDD's best (the prefill chips' own effect): {sum(pe) / len(pe):+.1f} % throughput."
                    if pe else ""))
+    why = unsteady_reason([c for n in (base, pdd, ctl) for c in cap[n]])
     return [row("ttft_change_best", ttft(pdd, base), f"PDD {lab[pdd]} vs same-DC {lab[base]}. " + note),
-            row("throughput_change_best", thr(pdd, base), f"PDD {lab[pdd]} vs same-DC {lab[base]}." + caps + " " + note),
+            *unsteady([row("throughput_change_best", thr(pdd, base), f"PDD {lab[pdd]} vs same-DC {lab[base]}." + caps
+                           + " " + note)], why),
             row("ttft_change_equal_prefill", ttft(ctl, base), ctl_note),
-            row("throughput_change_equal_prefill", thr(ctl, base), ctl_note + warn)]
+            *unsteady([row("throughput_change_equal_prefill", thr(ctl, base), ctl_note + warn)], why)]

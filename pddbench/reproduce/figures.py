@@ -15,7 +15,7 @@ from pddbench.metrics.records import read_records
 from pddbench.report.plotting import pyplot
 
 VERDICT_COLOR = {"reproduced": "tab:green", "same sign only": "tab:orange", "not reproduced": "tab:red",
-                 "not measurable": "tab:grey"}
+                 "not measurable": "tab:grey", "inconclusive": "tab:purple"}
 
 
 def _records(folder: Path) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
 from pddbench.reproduce.claim_rows import change as _chg
 from pddbench.reproduce.claim_rows import row as _row
+from pddbench.reproduce.claim_rows import unsteady, unsteady_reason
 from pddbench.reproduce.claims import CLAIMS
 from pddbench.core.io import new_run_dir, write_json, write_text
 from pddbench.reproduce.ledger import Row
@@ -133,13 +134,12 @@ def measure_headline(s: dict, cap: dict) -> list[Row]:
            for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
     cost = [_chg(p["cost_per_hour"], b["cost_per_hour"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
     rps = lambda runs: ", ".join(f"{r['throughput_within_sla_rps']:.1f} ({r.get('bound_by')})" for r in runs)
-    short = any(r.get("warnings") for r in cap["pdd"] + cap["same-dc-pd"])
+    why = unsteady_reason(cap["pdd"] + cap["same-dc-pd"])
     return [_row("ttft_change", ttft), _row("ttft_change_regime", regime),
-            _row("throughput_change", thr, f"capacity in req/s (bound by) same-DC {rps(cap['same-dc-pd'])}; PDD "
-                 f"{rps(cap['pdd'])}." + (f" The capacity search warns: {cap['pdd'][0]['requests']:,} requests are fewer "
-                                          f"than its min_requests {cap['pdd'][0].get('min_requests', 0):,}, so a capacity "
-                                          "may be overstated (use --requests or --full)." if short else "")),
-            _row("bcr_change", bcr), _row("cost_per_token_change", cpt), _row("hardware_cost_change", cost)]
+            *unsteady([_row("throughput_change", thr, f"capacity in req/s (bound by) same-DC "
+                            f"{rps(cap['same-dc-pd'])}; PDD {rps(cap['pdd'])}."),
+                       _row("bcr_change", bcr), _row("cost_per_token_change", cpt)], why),
+            _row("hardware_cost_change", cost)]
 
 
 def measure_relay_share(s: dict) -> list[Row]:

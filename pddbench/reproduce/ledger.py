@@ -5,7 +5,9 @@ A claim is compared in one of three ways: `value` (the simulated value must lie 
 tolerance of the article's), `change` (a relative change: the sign must agree on every seed for
 "same sign only", so a change that straddles zero across seeds is "not reproduced", and the size
 must be within the tolerance for "reproduced"), or `range` (the simulated value must fall inside the
-article's range). A claim with no simulated value is "not measurable", with the reason."""
+article's range). A claim with no simulated value is "not measurable", with the reason; one whose
+value rests on capacities that are not steady-state evidence (a trace shorter than the capacity
+search's min_requests) is "inconclusive", with the reason and the command that settles it."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-Verdict = Literal["reproduced", "same sign only", "not reproduced", "not measurable"]
-VERDICTS: tuple[Verdict, ...] = ("reproduced", "same sign only", "not reproduced", "not measurable")
+Verdict = Literal["reproduced", "same sign only", "not reproduced", "not measurable", "inconclusive"]
+VERDICTS: tuple[Verdict, ...] = ("reproduced", "same sign only", "not reproduced", "not measurable", "inconclusive")
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Row:
     claim: Claim
     values: list[float] = field(default_factory=list)  # one per seed
     note: str = ""                  # how it was measured, or why it could not be
+    unsteady: str = ""              # why the evidence is not steady state (then no verdict), and what settles it
 
     @property
     def mean(self) -> float | None:
@@ -46,12 +49,14 @@ class Row:
 
     @property
     def verdict(self) -> Verdict:
+        if self.unsteady and self.mean is not None:
+            return "inconclusive"  # a verdict from evidence the capacity search flags is a guess
         return verdict(self.claim, self.mean, self.spread)
 
     def to_json(self) -> dict:
         return {**asdict(self.claim), "simulated_mean": self.mean, "simulated_spread": self.spread,
                 "simulated_values": self.values, "seeds": len(self.values), "verdict": self.verdict,
-                "note": self.note}
+                "note": self.note, "unsteady": self.unsteady or None}
 
 
 def verdict(claim: Claim, sim: float | None, spread: tuple[float, float] | None = None) -> Verdict:
@@ -88,7 +93,9 @@ def row_cells(row: Row) -> list[str]:
     if row.spread and len(row.values) > 1 and row.spread[0] != row.spread[1]:
         sim += f" ({fmt(row.spread[0], c.unit)} .. {fmt(row.spread[1], c.unit)}, {len(row.values)} seeds)"
     tol = f" (± {fmt(c.tolerance, c.unit).lstrip('+')})" if c.tolerance and c.kind != "range" else ""
-    return [c.figure, fmt(c.article, c.unit) + tol, sim, row.verdict, c.depends_on + (f" {row.note}" if row.note else "")]
+    why = f" Inconclusive: {row.unsteady}" if row.verdict == "inconclusive" else ""
+    return [c.figure, fmt(c.article, c.unit) + tol, sim, row.verdict,
+            c.depends_on + (f" {row.note}" if row.note else "") + why]
 
 
 def markdown_table(rows: list[Row]) -> str:
