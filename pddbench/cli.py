@@ -69,7 +69,7 @@ def trace_synth_cmd(
 ) -> None:
     """Generate an agentic multi-turn workload whose ideal-cache hit histogram matches the target."""
     from pddbench.core.limits import SYNTH_BYTES_PER_REQUEST, SYNTH_S_PER_REQUEST, check_size
-    from pddbench.workload.synth import SynthConfig, synth_trace
+    from pddbench.workload.synth import SynthConfig, derived_warmup_s, synth_trace
     from pddbench.workload.trace import write_trace
 
     check_size("--requests", requests, max_requests, SYNTH_S_PER_REQUEST, f"give --max-requests {requests}",
@@ -80,7 +80,7 @@ def trace_synth_cmd(
             sys.stdout.write(r.to_json() + "\n")
     else:
         write_trace(out, reqs)
-        console.print(f"wrote {len(reqs)} requests to {out} (after a {SynthConfig().derived_warmup_s():.0f} s "
+        console.print(f"wrote {len(reqs)} requests to {out} (after a {derived_warmup_s(SynthConfig()):.0f} s "
                       "warm-up of the session process, not in the trace: it starts from the steady mix)")
 
 

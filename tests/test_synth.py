@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from pddbench.workload.stats import trace_stats
-from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
+from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, derived_warmup_s, synthesize
 from pddbench.workload.trace import write_trace
 from tests.conftest import run_cli
 
@@ -50,7 +50,9 @@ def test_agentic_shape():
     grows = sum(b.input_length > a.input_length for v in long_sessions for a, b in zip(v, v[1:]))
     shrinks = sum(b.input_length < a.input_length for v in long_sessions for a, b in zip(v, v[1:]))
     assert grows > 4 * shrinks > 0
-    assert [r.turn for r in long_sessions[0]] == list(range(len(long_sessions[0])))
+    # a session's turns are consecutive; it starts at turn 0 unless it was in flight at the warm-up's end
+    assert all([r.turn for r in v] == list(range(v[0].turn, v[0].turn + len(v))) for v in by_session.values())
+    assert sum(v[0].turn == 0 for v in by_session.values()) > 0.8 * len(by_session)
     ts = [r.timestamp_ms for r in reqs]
     assert ts == sorted(ts)
 
@@ -104,3 +106,86 @@ def test_lean_draws_are_the_stdlib_draws(seed):
     assert ours.random() == std.random()
     with pytest.raises(ValueError):
         ours.randint(5, 4)
+
+
+def _turn_mean(reqs) -> float:
+    return float(np.mean([r.turn for r in reqs if r.turn is not None]))
+
+
+def test_length_and_hit_mix_do_not_drift_with_the_request_count():
+    """A 4,000-request trace is the first 4,000 requests of the 24,000-request one with the same
+    seed (checked for one seed; the others are sliced), and after the warm-up the two agree:
+    pooled over seeds 0-7, mean and p50 input within 5% and 6%, mean output within 3%, each hit
+    bucket's share within 1.5 points; and the first 1,000 requests are near the steady mix:
+    mean turn index within 20%, mean input within 10% of the 24,000-request trace's.
+    Measured over 8 groups of 8 seeds (4k / 24k): mean input -3.6%..+0.8%, p50 -4.2%..+3.4%,
+    output -1.2%..+1.1%, buckets equal (the controller); 1k / 24k: turn index -14.6%..-2.7%, mean
+    input -9.6%..-4.1% (the carried sessions re-enter over the first session lifetime). Without
+    the warm-up (warmup_s=0, the old generator): mean input -5.4%..-1.6%, p50 -7.2%..-1.7%, turn
+    index at 1k -42%..-33%, mean input at 1k -14.5%..-11%."""
+    long = {seed: synthesize(SynthConfig(requests=24_000, seed=seed)) for seed in range(8)}
+    short = synthesize(SynthConfig(requests=4000, seed=0))
+    key = lambda r: (r.input_length, r.output_length, r.hash_ids, r.session_id, r.turn)  # noqa: E731
+    assert [key(r) for r in short] == [key(r) for r in long[0][:4000]]
+
+    def pooled(n: int) -> list:
+        return [r for reqs in long.values() for r in reqs[:n]]
+
+    def buckets(n: int) -> np.ndarray:
+        return np.mean([trace_stats(reqs[:n])["hit_rate_histogram"]["fraction"] for reqs in long.values()], axis=0)
+
+    k4, k24, k1 = pooled(4000), pooled(24_000), pooled(1000)
+    inp = lambda rs: np.array([r.input_length for r in rs])  # noqa: E731
+    out = lambda rs: np.array([r.output_length for r in rs])  # noqa: E731
+    assert abs(inp(k4).mean() / inp(k24).mean() - 1) <= 0.05
+    assert abs(np.median(inp(k4)) / np.median(inp(k24)) - 1) <= 0.06
+    assert abs(out(k4).mean() / out(k24).mean() - 1) <= 0.03
+    assert np.abs(buckets(4000) - buckets(24_000)).max() <= 0.015
+    assert abs(_turn_mean(k1) / _turn_mean(k24) - 1) <= 0.20
+    assert abs(inp(k1).mean() / inp(k24).mean() - 1) <= 0.10
+
+
+@pytest.mark.parametrize("requests", [200, 4000])
+def test_measured_histogram_is_the_controllers(requests):
+    """The warm-up leaves nothing in the ideal cache: trace stats replaying the emitted trace from
+    empty finds each bucket within 2 requests of its target share (the controller's rule), the
+    in-flight sessions' cold first turns included."""
+    for target in (PDD_LIKE_HIST, MOONCAKE_LIKE_HIST):
+        reqs = synthesize(SynthConfig(requests=requests, seed=2, target_hist=target))
+        counts = np.array(trace_stats(reqs)["hit_rate_histogram"]["fraction"]) * requests
+        assert np.abs(counts - np.array(target) * requests).max() <= 2.0 + 1e-9, counts
+        assert any(r.turn for r in reqs[:50])  # sessions carried over from the warm-up are in it
+
+
+def test_warmup_knob():
+    """warmup_s=0 is the generator without a warm-up: the first session request is an opening
+    turn, every session starts at turn 0 and session ids start at 0. The default warm-up starts
+    mid-stream (sessions first seen at later turns), derived from the model: 3 x mean_turns x
+    (mean think time + reply time of the mean output), 654 s with the default knobs; a longer
+    think time lengthens it. Both start at 0 and keep the nominal mean rate."""
+    cold = synthesize(SynthConfig(requests=2000, seed=1, warmup_s=0))
+    warm = synthesize(SynthConfig(requests=2000, seed=1))
+    assert synthesize(SynthConfig(requests=2000, seed=1, warmup_s=None)) == warm  # None: the derived one
+    first_turn = {}
+    for r in cold:
+        first_turn.setdefault(r.session_id, r.turn)
+    assert next(r for r in cold if r.session_id is not None).turn == 0
+    assert set(first_turn.values()) <= {0, None} and min(s for s in first_turn if s is not None) == 0
+    first_turn = {}
+    for r in warm:
+        first_turn.setdefault(r.session_id, r.turn)
+    assert sum(t is not None and t > 0 for t in first_turn.values()) >= 10
+    assert _turn_mean(cold[:500]) < 0.8 * _turn_mean(warm[:500])
+    for reqs in (cold, warm):
+        assert reqs[0].timestamp_ms == 0
+        assert (len(reqs) - 1) / (reqs[-1].timestamp_ms / 1000) == pytest.approx(4.0, rel=1e-3)  # rate_rps
+    assert derived_warmup_s(SynthConfig()) == pytest.approx(653.6, abs=0.5)
+    assert derived_warmup_s(SynthConfig(think_time_median_s=6)) > derived_warmup_s(SynthConfig())
+    with pytest.raises(ValidationError):
+        SynthConfig(warmup_s=-1)
+
+
+def test_same_seed_same_trace_after_warmup():
+    a = synthesize(SynthConfig(requests=500, seed=9, warmup_s=300))
+    assert a == synthesize(SynthConfig(requests=500, seed=9, warmup_s=300))
+    assert a != synthesize(SynthConfig(requests=500, seed=9, warmup_s=301))

@@ -25,5 +25,8 @@ cdef class _Generator:
     @cython.locals(bs=Py_ssize_t, sys_ids=list, prefix=list, cached_tok=Py_ssize_t, context_tok=Py_ssize_t,
                    ranges=dict, feasible=list, input_len=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t)
     cpdef _turn(self, ts, s)
+    cpdef _advance(self, s, req)
+    @cython.locals(cached_tok=Py_ssize_t, input_len=Py_ssize_t)
+    cpdef _carried_turn(self, ts, s, list prefix, list sys_ids)
     cpdef tuple _low_hit_turn(self, Py_ssize_t cached_tok, Py_ssize_t context_tok, list prefix, list sys_ids)
     cpdef _singular(self, ts)

@@ -14,6 +14,18 @@ The model of agent behaviour:
 - A session whose next turn could only land in buckets already over target ends instead (users
   do abandon or restart sessions); this keeps skewed targets reachable.
 - Output lengths are lognormal (median 250, ~74% under 500 tokens), capped.
+- Stationary from the first request: the session process runs for a warm-up span first
+  (`warmup_s`; by default WARMUP_LIFETIMES = 3 expected session lifetimes, 654 s of model time
+  with the default knobs, in which about 1,340 requests are generated and dropped) and emits
+  nothing during it. Started empty, the population is all opening turns and short contexts and
+  needs a few lifetimes to reach its steady mix: without the warm-up a trace's lengths drifted
+  with its request count (mean input 23.5k tokens at 1,000 requests, 26.5k at 12,000), so a
+  capacity measured on n requests was not the one on 2n. At the warm-up's end the block-id
+  memory and the bucket counts start afresh (the hit rates stay those of an ideal cache
+  replaying the emitted trace alone, and its histogram the target) and the ~40 sessions in
+  flight carry over, re-entering over the first session lifetime, each with a cold first turn
+  (_end_warmup, _carried_turn). Timestamps are shifted so the trace starts at 0. `warmup_s: 0`
+  is the generator without a warm-up, byte for byte.
 
 How the histogram is hit: the generator tracks every block id it has emitted, which is exactly the
 ideal cache `trace stats` replays, so it knows each turn's hit rate before emitting it. Each turn
@@ -39,6 +51,13 @@ from pddbench.workload.trace import Request
 
 PDD_LIKE_HIST = (0.10, 0.03, 0.07, 0.15, 0.15, 0.20, 0.30)
 MOONCAKE_LIKE_HIST = (0.58, 0.03, 0.02, 0.07, 0.07, 0.09, 0.14)
+THINK_SIGMA = 0.9  # of the lognormal think/tool time between turns
+REPLY_S_PER_TOKEN = 0.03  # a turn also waits for the previous reply to be generated
+# The default warm-up, in expected session lifetimes. Started empty, the population lacks the
+# sessions older than the time run so far: after 3 lifetimes the turn-index and length mix are
+# the steady ones within the seed-to-seed noise, and 5 or 8 measured no better (means over 40
+# seeds); tests/test_synth.py holds 4,000- and 24,000-request traces together.
+WARMUP_LIFETIMES = 3.0
 
 
 class SynthConfig(BaseModel):
@@ -62,6 +81,13 @@ class SynthConfig(BaseModel):
     output_sigma: float = Field(1.1, ge=0)
     max_output_tokens: int = Field(8192, ge=1)
     min_append_tokens: int = Field(16, ge=1, description="smallest user/tool message")
+    warmup_s: float | None = Field(
+        None, ge=0, le=86_400,
+        description="seconds the session process runs, emitting nothing, before the first request, so the "
+                    "trace starts from the steady session mix and its lengths do not drift with the request "
+                    "count; model time (think_time_median_s's clock, before the rescale to rate_rps). null: "
+                    "3 expected session lifetimes (derived_warmup_s: 654 s with the default knobs). "
+                    "0: no warm-up, the first request is the first session's opening turn")
 
     @field_validator("target_hist")
     @classmethod
@@ -84,6 +110,38 @@ class SynthConfig(BaseModel):
         if not 1 <= lo <= hi:
             raise ValueError("singular_input_tokens must be (lo, hi) with 1 <= lo <= hi")
         return self
+
+
+# Module functions, not SynthConfig methods: compiled by Cython, a method is a cyfunction, which
+# pydantic takes for an unannotated field.
+def mean_output_tokens(cfg: SynthConfig) -> float:
+    """E[min(X, max_output_tokens)] of the lognormal output length X (rounding ignored)."""
+    mu, sigma, cap = math.log(cfg.output_median_tokens), cfg.output_sigma, cfg.max_output_tokens
+    if sigma == 0:
+        return min(cfg.output_median_tokens, cap)
+    z = (math.log(cap) - mu) / sigma
+    return math.exp(mu + sigma * sigma / 2) * _phi(z - sigma) + cap * (1.0 - _phi(z))
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def session_lifetime_s(cfg: SynthConfig) -> float:
+    """Expected session lifetime in model seconds: mean_turns x (mean think time + the time to
+    generate the mean reply). An upper estimate: the bucket controller ends some sessions early."""
+    think_mean_s = cfg.think_time_median_s * math.exp(THINK_SIGMA ** 2 / 2)
+    return cfg.mean_turns * (think_mean_s + REPLY_S_PER_TOKEN * mean_output_tokens(cfg))
+
+
+def derived_warmup_s(cfg: SynthConfig) -> float:
+    """The warm-up used when warmup_s is None: WARMUP_LIFETIMES expected session lifetimes."""
+    return WARMUP_LIFETIMES * session_lifetime_s(cfg)
+
+
+def warmup_span_s(cfg: SynthConfig) -> float:
+    """The warm-up this config runs: warmup_s, or the derived one when that is None."""
+    return derived_warmup_s(cfg) if cfg.warmup_s is None else float(cfg.warmup_s)
 
 
 _NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)
@@ -128,6 +186,7 @@ class _Session:
     turn: int = 0
     prefix_ids: list[int] = field(default_factory=list)  # full blocks the next turn re-sends
     context_tokens: int = 0  # the previous turn's prompt: the next one re-sends all of it
+    carried: bool = False  # in flight at the warm-up's end: its next turn finds its context uncached
 
 
 class _Generator:
@@ -215,6 +274,8 @@ class _Generator:
         cfg, bs = self.cfg, self.cfg.block_size
         sys_ids = self.sys_ids[s.agent]
         prefix = s.prefix_ids or sys_ids
+        if s.carried:
+            return self._carried_turn(ts, s, prefix, sys_ids)
         cached_tok = self._cached_blocks(prefix) * bs
         prefix = prefix[: cached_tok // bs]  # blocks past a miss are recomputed anyway
         context_tok = s.context_tokens or cached_tok
@@ -230,12 +291,56 @@ class _Generator:
             input_len = self.rng.randint(lo, hi)
         else:
             input_len, prefix = self._low_hit_turn(cached_tok, context_tok, prefix, sys_ids)
-        req = self._emit(ts, input_len, self._output_len(), prefix, s.sid, s.turn)
-        s.prefix_ids = req.hash_ids[: input_len // bs]
-        s.context_tokens = input_len
+        return self._advance(s, self._emit(ts, input_len, self._output_len(), prefix, s.sid, s.turn))
+
+    def _advance(self, s: _Session, req: Request) -> Request:
+        s.prefix_ids = req.hash_ids[: req.input_length // self.cfg.block_size]
+        s.context_tokens = req.input_length
         s.turn += 1
         s.turns_left -= 1
         return req
+
+    def _carried_turn(self, ts: int, s: _Session, prefix: list[int], sys_ids: list[int]) -> Request:
+        """The first emitted turn of a session in flight at the warm-up's end. Its context was
+        emitted during the warm-up only, so any replay of the trace misses on it: the turn is
+        made one of the model's low-hit turns (a big tool output or a compaction, drawn as the
+        session's own would be with its context cached), and always happens. The controller then
+        withholds as many of the population's later low-hit turns, so the sessions go through
+        the steady number of tool outputs and compactions and the length mix stays the steady
+        one. (Drawn as ordinary turns that merely miss, the withheld tool outputs left contexts
+        short: mean input of the first 4,000 requests 2% below a 24,000-request trace's, p50 4%.)"""
+        s.carried = False
+        cached_tok = len(prefix) * self.cfg.block_size  # every id of a session's prefix was emitted
+        input_len, prefix = self._low_hit_turn(cached_tok, s.context_tokens or cached_tok, prefix, sys_ids)
+        return self._advance(s, self._emit(ts, input_len, self._output_len(), prefix, s.sid, s.turn))
+
+    def _end_warmup(self, heap: list) -> None:
+        """Forget the warm-up: nothing of it is in the trace, so neither the ideal cache nor the
+        bucket counts may remember it. Sessions with a turn pending carry over, as many as the
+        trace's low-hit budget can absorb (each one's first turn is a miss): the 0-90% bucket's
+        share less the singular flows' and one cold system prompt per agent type. The others,
+        a random choice, end here: only in a trace too short for the steady population's cold
+        starts (under ~700 requests with the default knobs), whose histogram still has to match.
+        Each carried session's next turn is put off by a uniform draw over one expected session
+        lifetime, so the ~40 cold contexts arrive at about the rate of the model's own low-hit
+        turns: all in their first think time (~25 s), they were a burst of full-context prefills
+        and KV transfers that pushed cross-dc-pd's decode caches into a WAN overload it never
+        left at the paper's rate (decode-cache hit 0.83 -> 0.39, TTFT p50 0.2 s -> ~90 s)."""
+        cfg = self.cfg
+        self.seen = set()
+        self.counts = [0] * N_BUCKETS
+        self.emitted = 0
+        in_flight = sorted((e for e in heap if e[2] == "turn"), key=lambda e: e[:2])
+        budget = max(0, int((cfg.target_hist[0] - cfg.singular_share) * cfg.requests) - len(self.sys_ids))
+        if len(in_flight) > budget:
+            ended = {id(in_flight[i][3]) for i in self.rng.sample(range(len(in_flight)), len(in_flight) - budget)}
+            in_flight = [e for e in in_flight if id(e[3]) not in ended]
+        reentry_ms = session_lifetime_s(cfg) * 1000
+        heap[:] = [e for e in heap if e[2] != "turn"]
+        for t, order, kind, s in in_flight:
+            s.carried = True
+            heap.append((int(round(t + self.rng.uniform(0, reentry_ms))), order, kind, s))
+        heapq.heapify(heap)
 
     def _low_hit_turn(self, cached_tok: int, context_tok: int, prefix: list[int], sys_ids: list[int]):
         """A turn below 90% hit: a big tool output, or a compaction to system prompt + summary."""
@@ -271,8 +376,16 @@ class _Generator:
 
         push(0, "session")
         p_end = 1.0 / cfg.mean_turns
-        while self.emitted < cfg.requests:
-            t, _, kind, s = heapq.heappop(heap)
+        warmup_ms = int(round(warmup_span_s(cfg) * 1000))
+        warming = warmup_ms > 0  # 0: the first request is the first session's opening turn
+        while warming or self.emitted < cfg.requests:
+            t, order, kind, s = heapq.heappop(heap)
+            if warming and t >= warmup_ms:  # put the event back: it is the trace's first, if it stays
+                warming = False
+                heapq.heappush(heap, (t, order, kind, s))
+                self._end_warmup(heap)
+                singular = 0
+                continue
             if kind == "session":
                 turns = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p_end)) if p_end < 1 else 1
                 agent = rng.randrange(len(self.sys_ids))
@@ -284,27 +397,31 @@ class _Generator:
             # Singular flows are thinned into the stream at their exact share of requests.
             if singular < cfg.singular_share * (self.emitted + 1):
                 singular += 1
-                yield self._singular(t)
-                if self.emitted >= cfg.requests:
-                    break
+                req = self._singular(t)
+                if not warming:
+                    yield req
+                    if self.emitted >= cfg.requests:
+                        break
             req = self._turn(t, s)
             if req is None:
                 continue
-            yield req
+            if not warming:
+                yield req
             if s.turns_left > 0:
-                think_s = rng.lognormvariate(math.log(cfg.think_time_median_s), 0.9)
-                push(t + (think_s + 0.03 * req.output_length) * 1000, "turn", s)
+                think_s = rng.lognormvariate(math.log(cfg.think_time_median_s), THINK_SIGMA)
+                push(t + (think_s + REPLY_S_PER_TOKEN * req.output_length) * 1000, "turn", s)
 
 
 def synthesize(cfg: SynthConfig) -> list[Request]:
-    """Generate the workload; timestamps are finally rescaled so the mean rate is cfg.rate_rps
-    (ending sessions early thins the stream, so the raw rate runs below the nominal one)."""
+    """Generate the workload; timestamps are finally shifted to start at 0 (past the warm-up) and
+    rescaled so the mean rate, (n - 1) gaps over the span, is cfg.rate_rps (ending sessions early
+    thins the stream, so the raw rate runs below the nominal one)."""
     reqs = list(_Generator(cfg).run())
-    span_ms = reqs[-1].timestamp_ms - reqs[0].timestamp_ms
-    if len(reqs) > 1 and span_ms > 0:
-        factor = (len(reqs) - 1) / cfg.rate_rps * 1000 / span_ms
-        for r in reqs:
-            r.timestamp_ms = int(round(r.timestamp_ms * factor))
+    start_ms = reqs[0].timestamp_ms
+    span_ms = reqs[-1].timestamp_ms - start_ms
+    factor = (len(reqs) - 1) / cfg.rate_rps * 1000 / span_ms if len(reqs) > 1 and span_ms > 0 else 1.0
+    for r in reqs:
+        r.timestamp_ms = int(round((r.timestamp_ms - start_ms) * factor))
     return reqs
 
 
