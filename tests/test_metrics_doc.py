@@ -101,7 +101,7 @@ def _summary_keys_written_in(path) -> set[str]:
     return keys
 
 
-@pytest.mark.parametrize("module", ["live/live_summary.py", "live/replay.py", "runner.py"])
+@pytest.mark.parametrize("module", ["live/live_summary.py", "live/replay.py", "measure/runner.py"])
 def test_keys_the_runners_add_are_defined(module):
     keys = _summary_keys_written_in(REPO / "pddbench" / module)
     assert keys, f"found no summary keys in pddbench/{module}: has it moved? update this test"

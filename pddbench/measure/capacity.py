@@ -137,7 +137,11 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
 def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: float | None, hi: float | None,
             base: float, k: int, min_requests: int) -> dict:
     """capacity.json: the highest steady rate that held, what bound it, and how exact it is."""
-    best = max((p for p in probes if p["sla_holds"]), key=lambda p: p["offered_rps"] or 0, default=None)
+    # the answer is below every rate that failed: on a short or noisy trace the verdict need not be
+    # monotone in the rate, and a rate that held above one that failed is no capacity
+    lowest_fail = min((p["offered_rps"] or 0 for p in probes if not p["sla_holds"]), default=math.inf)
+    best = max((p for p in probes if p["sla_holds"] and (p["offered_rps"] or 0) < lowest_fail),
+               key=lambda p: p["offered_rps"] or 0, default=None)
     thr = best["offered_rps"] if best else 0.0
     cost = probes[0]["cost_per_hour"]
     bound_by, failed_on = binding_criterion(probes, best, summaries)
