@@ -53,7 +53,7 @@ test: setup
 # Benchmarks are gated against this host's own baseline (as the nightly's bench part:
 # results/baselines/v1/bench/<host-key>/<machine>/0001_baseline.json; host key = CPU model, ISA
 # level, cores, as for live baselines; <machine>: pytest-benchmark's OS/Python id); a benchmark whose
-# min is 20% slower fails. A host's first `make bench` records its baseline, says "baseline recorded
+# min relative to the yardstick timed beside it (pddbench/gate/yardstick.py) is 20% slower fails. A host's first `make bench` records its baseline, says "baseline recorded
 # for <host>, nothing compared" and passes (commit it). Each run is saved in results/bench/<stamp>/
 # (git-ignored). After an intended speed change: make bench-baseline (compares, then accepts), commit.
 # The baseline holds the gated hot loops only (scenarios/gate/nightly.yaml bench.gated: simulator,

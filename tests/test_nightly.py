@@ -317,7 +317,7 @@ def test_update_replaces_an_unreadable_fidelity_baseline(tmp_path):
 
 SHIPPED_BENCH = REPO / "results" / "baselines" / "v1" / "bench"
 MACHINE = "Linux-CPython-3.11-64bit"  # pytest-benchmark's machine id, fixed for the fabricated runs
-BENCH_CFG = {"compare_fail": "min:20%", "gated": ["test_bench_trace.py", "test_bench_sim.py"]}
+BENCH_CFG = {"max_slowdown_pct": 20, "gated": ["test_bench_trace.py", "test_bench_sim.py"]}
 TRACE, SIM, SWEEP = ("benchmarks/test_bench_trace.py::test_parse", "benchmarks/test_bench_sim.py::test_loop",
                      "benchmarks/test_bench_sweep.py::test_scaling")  # the last one not gated
 
@@ -327,11 +327,13 @@ def _machine_info(prov: dict, flags: list[str]) -> dict:
     return {"machine": "x86_64", "cpu": {"brand_raw": prov["cpu_model"], "count": prov["cpu_cores"], "flags": flags}}
 
 
-def _saved_run(prov: dict, mins: dict[str, float], flags=("sse2", "avx", "avx2")) -> dict:
-    """A run as pytest-benchmark saves it (only the fields the gate reads, plus what a reader sees)."""
+def _saved_run(prov: dict, mins: dict[str, float], flags=("sse2", "avx", "avx2"), stick: float | None = 0.005) -> dict:
+    """A run as pytest-benchmark saves it (only the fields the gate reads, plus what a reader sees),
+    each benchmark timed beside a yardstick of `stick` seconds (None: none, as before the yardstick)."""
     return {"machine_info": _machine_info(prov, list(flags)), "commit_info": {"id": "a"}, "version": "5.3.1",
             "benchmarks": [{"fullname": name, "name": name.split("::")[1], "group": None,
-                            "stats": {"min": m, "max": m * 1.1, "mean": m * 1.05, "rounds": 5}}
+                            "stats": {"min": m, "max": m * 1.1, "mean": m * 1.05, "rounds": 5},
+                            "extra_info": {} if stick is None else {"yardstick_min_s": stick}}
                            for name, m in mins.items()]}
 
 
@@ -399,14 +401,17 @@ def test_bench_part_records_a_new_hosts_baseline_then_compares(tmp_path, monkeyp
     s.out.mkdir()
     nt.part_bench(s, BENCH_CFG)
     cmd = fake.calls[-1]["cmd"]
-    assert "--benchmark-compare=0001" in cmd and "--benchmark-compare-fail=min:20%" in cmd
+    assert "--benchmark-compare=0001" in cmd and not any(a.startswith("--benchmark-compare-fail") for a in cmd)
+    assert "--benchmark-timer=time.process_time" in cmd
     assert fake.calls[-1]["primed"] == _base_doc(tmp_path)
     assert s.recorded == [] and [c["failure"] for c in s.cases] == [None]
+    assert "test_parse" in s.cases[-1]["output"] and "+0.0%" in s.cases[-1]["output"]
 
-    fake.rc, fake.text = 1, "Performance has regressed:\n\ttest_parse (0002) - Field 'min' has failed"
+    fake.doc = _saved_run(AMD, {TRACE: 0.25, SIM: 0.01})  # 25 % slower at the same yardstick
     res = _bench(tmp_path, monkeypatch, fake, store="s3")
-    assert res["action"] == "compare" and "slower than this host's baseline beyond min:20%" in res["failure"]
-    fake.text = "1 failed"
+    assert res["action"] == "compare" and "slower relative to the yardstick than +20%" in res["failure"]
+    assert "test_parse +25.0%" in res["failure"] and "test_loop" not in res["failure"]
+    fake.rc, fake.text = 1, "1 failed"
     assert _bench(tmp_path, monkeypatch, fake, store="s4")["failure"] == "benchmarks failed (exit 1)"
     assert [b["stats"]["min"] for b in _base_doc(tmp_path)["benchmarks"]] == [0.2, 0.01]  # compare never writes
 
@@ -487,7 +492,7 @@ def test_bench_names_both_cpus_when_a_baseline_is_filed_under_the_wrong_host(tmp
     _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2})), store="s1")
     base = tmp_path / "baselines" / "bench" / nt.host_key(AMD) / MACHINE / "0001_baseline.json"
     write_json(base, _saved_run(other, {TRACE: 0.1}))  # copied in by hand from another CPU
-    fake = FakePytest(_saved_run(AMD, {TRACE: 0.2}), rc=1, text="Performance has regressed")
+    fake = FakePytest(_saved_run(AMD, {TRACE: 0.2}))
     res = _bench(tmp_path, monkeypatch, fake, store="s2")
     assert "'AMD EPYC 9R14', this host is 'AMD EPYC'" in res["failure"]
 
@@ -504,12 +509,16 @@ def test_bench_notes_gated_benchmarks_missing_from_the_baseline(tmp_path, monkey
     ({"gated": "test_bench_sim.py"}, "bench.gated"),
     ({"gated": [""]}, "bench.gated"),
     ({"gated": ["test_bench_nope.py"]}, "no benchmarks/test_bench_nope.py"),
-    ({"gated": ["test_bench_sim.py"], "compare_fail": 20}, "bench.compare_fail"),
-    ({"gated": ["test_bench_sim.py"], "compare_fail": ""}, "bench.compare_fail"),
+    ({"gated": ["test_bench_sim.py"], "compare_fail": "min:20%"}, "bench.compare_fail: gone"),
+    ({"gated": ["test_bench_sim.py"], "max_slowdown_pct": 0}, "bench.max_slowdown_pct"),
+    ({"gated": ["test_bench_sim.py"], "max_slowdown_pct": -5}, "bench.max_slowdown_pct"),
+    ({"gated": ["test_bench_sim.py"], "max_slowdown_pct": float("nan")}, "bench.max_slowdown_pct"),
+    ({"gated": ["test_bench_sim.py"], "max_slowdown_pct": "20%"}, "bench.max_slowdown_pct"),
+    ({"gated": ["test_bench_sim.py"], "max_slowdown_pct": True}, "bench.max_slowdown_pct"),
 ])
 def test_bench_settings_are_checked(cfg, match):
     shipped = nt.load_config(nt.DEFAULT_CONFIG, ["bench"])["bench"]
-    assert nt.bench_cfg(shipped) == (shipped["gated"], "min:20%")
+    assert nt.bench_cfg(shipped) == (shipped["gated"], 20.0)
     with pytest.raises(UserError, match=match):
         nt.bench_cfg(cfg)
 
@@ -546,8 +555,9 @@ def test_shipped_bench_baseline_sits_under_its_own_host_key():
 
 def test_bench_end_to_end_on_the_cheapest_gated_file(tmp_path):
     """Real pytest-benchmark, two runs of benchmarks/test_bench_trace.py (seconds each): the
-    nightly's first bench part on this host records; with that baseline made 1000x faster (a factor
-    no machine noise reaches), `make bench`'s command compares against it and fails."""
+    nightly's first bench part on this host records (with the yardstick timed beside each benchmark);
+    with that baseline made 1000x faster at the same yardstick (a factor no machine noise reaches),
+    `make bench`'s command compares against it and fails."""
     from pddbench.core.loading import load_yaml
     from pddbench.core.provenance import cpu_info
 
@@ -572,5 +582,56 @@ def test_bench_end_to_end_on_the_cheapest_gated_file(tmp_path):
         b["stats"] = {k: v / 1000 if k in ("min", "max", "mean", "median") else v for k, v in b["stats"].items()}
     base.write_text(json.dumps(doc))
     res = run("bench", *common, "--out", tmp_path / "s2")
-    assert res.returncode == 1 and "FAILED: benchmark slower than this host's baseline beyond min:20%" in res.stderr
-    assert "Comparing against benchmarks from" in res.stdout and "0001_baseline" in res.stdout
+    assert res.returncode == 1 and "FAILED: benchmark slower relative to the yardstick than +20%" in res.stderr
+    assert "test_parse_and_analyse_mooncake +" in res.stderr
+    assert "Comparing against benchmarks from" in res.stdout and "relative to the yardstick" in res.stdout
+
+
+def test_bench_gates_relative_to_the_yardstick(tmp_path, monkeypatch, bench_host):
+    """A host half as fast (yardstick twice as long) with every benchmark twice as long passes;
+    the same absolute times on an unchanged host fail; a baseline without yardstick timings
+    (recorded before it existed) is never a pass."""
+    _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.2, SIM: 0.01})), store="s1")
+    slow_host = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.4, SIM: 0.02}, stick=0.010)),
+                       store="s2")
+    assert slow_host["failure"] is None and "0.50" in slow_host["output"]  # the host's speed now / then
+    same_host = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.4, SIM: 0.01})), store="s3")
+    assert "test_parse +100.0%" in same_host["failure"]
+    within = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.239, SIM: 0.01})), store="s4")
+    assert within["failure"] is None and "+19.5%" in within["output"]
+    write_json(tmp_path / "baselines" / "bench" / nt.host_key(AMD) / MACHINE / "0001_baseline.json",
+               _saved_run(AMD, {TRACE: 0.2}, stick=None))
+    old = _bench(tmp_path, monkeypatch, FakePytest(_saved_run(AMD, {TRACE: 0.1})), store="s5")
+    assert "no yardstick timing for benchmarks/test_bench_trace.py::test_parse" in old["failure"]
+    assert "make bench-baseline" in old["failure"]
+
+
+@pytest.mark.parametrize("stick", [0.0, -1.0, float("nan"), float("inf"), "5ms", True, None])
+def test_a_bad_yardstick_is_no_yardstick(stick):
+    from pddbench.gate.yardstick import normalised_changes
+
+    good = _saved_run(AMD, {TRACE: 0.2})
+    bad = _saved_run(AMD, {TRACE: 0.2})
+    bad["benchmarks"][0]["extra_info"] = {"yardstick_min_s": stick}
+    assert normalised_changes(good, bad, {TRACE})[0]["change_pct"] is None
+    assert normalised_changes(bad, good, {TRACE})[0]["change_pct"] is None
+    assert normalised_changes(good, good, {TRACE})[0]["change_pct"] == 0.0
+
+
+def test_benchmarks_are_timed_beside_the_yardstick(tmp_path):
+    """The real plugin: a benchmark run with the project's benchmarks/conftest.py saves the
+    yardstick in each benchmark's extra_info, in the CPU-time units of the nightly's timer."""
+    import subprocess
+    import sys
+
+    from pddbench.gate.yardstick import EXTRA_KEY
+
+    shutil.copy(REPO / "benchmarks" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_tiny_bench.py").write_text("def test_tiny(benchmark):\n    benchmark(sum, range(1000))\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
+                          "--benchmark-enable", "--benchmark-timer=time.process_time",
+                          f"--benchmark-json={tmp_path / 'out.json'}", "--rootdir", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    bench = read_json(tmp_path / "out.json", "t")["benchmarks"][0]
+    assert 0 < bench["extra_info"][EXTRA_KEY] < 5.0
