@@ -25,11 +25,18 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 	touch $(BUILT)  # the editable installs above built the compiled modules too
 
-# System packages the live tests use (root only; skipped otherwise): iptables for the netem delay line, tcmalloc for the engines.
+# System packages the tests use (root only; skipped otherwise): iptables for the netem delay line,
+# chromium for the report's browser test, tcmalloc for the engines.
 sysdeps:
 	@if [ "$$(id -u)" = 0 ] && ! command -v iptables >/dev/null; then \
 		echo "installing iptables (NFQUEUE rules of the netem delay line)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
+	fi
+	@# chromium, which the report's browser test drives through Playwright (it skips without one)
+	@if [ "$$(id -u)" = 0 ] && ! [ -x /usr/lib/chromium/chromium ]; then \
+		echo "installing chromium (report.html's browser test)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+			|| echo "chromium not installed: the browser test will skip"; \
 	fi
 	@# tcmalloc, which vLLM's CPU backend asks for in LD_PRELOAD (pddbench/live/engines.py uses it when found)
 	@if [ "$$(id -u)" = 0 ] && ! ldconfig -p | grep -q libtcmalloc_minimal.so.4; then \

@@ -80,15 +80,23 @@ def test_map_words_follow_the_signs():
     assert describe_map(pd.DataFrame({"gain": [None]}), AXES, "gain", "X").endswith("could be measured.")
 
 
-def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def light_run(tmp_path_factory):
+    """One tiny reproduce run (40 requests, 2 seeds) for the tests that read its output."""
     from pddbench.reproduce.job import reproduce
-
-    monkeypatch.setenv("PDDBENCH_REPRODUCE_REQUESTS", "40")
-    readme = tmp_path / "README.md"
     from pddbench.reproduce.ledger_report import README_END, README_START
 
+    tmp = tmp_path_factory.mktemp("reproduce")
+    readme = tmp / "README.md"
     readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nOLD-TABLE-LINE\n{README_END}\nrest\n")
-    out = reproduce(tmp_path / "results", jobs=1, seeds=2, update_readme=readme)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PDDBENCH_REPRODUCE_REQUESTS", "40")
+        out = reproduce(tmp / "results", jobs=1, seeds=2, update_readme=readme)
+    return out, readme
+
+
+def test_light_reproduce_writes_the_ledger(light_run):
+    out, readme = light_run
     data = json.loads((out / "reproduce.json").read_text())
     assert [r["id"] for r in data["rows"]] == [c.id for c in CLAIMS]
     assert all(r["verdict"] in VERDICTS for r in data["rows"])
@@ -99,6 +107,14 @@ def test_light_reproduce_writes_the_ledger(tmp_path, monkeypatch):
     for c in CLAIMS:
         assert c.figure.replace("|", "/") in md
     assert html.count("<tr class=") == len(CLAIMS) and "data:image/png;base64," in html
+    # the answer first: at most ten lines, before the ledger, in the JSON, the markdown and the HTML
+    answer = data["answer"]
+    assert 1 < len(answer) <= 10 and answer[0].startswith("**The answer** (light run: 2 seeds, 40 requests")
+    assert md.split("\n")[2:2 + len(answer)] == answer and md.index(answer[-1]) < md.index("## The ledger")
+    assert html.index("id='answer'") < html.index("<table>") and "**" not in html.split("id='answer'")[1][:2000]
+    assert any("throughput within sla" in line.lower() and "**inconclusive**" in line for line in answer)
+    for c in CLAIMS:  # every ledger line links to its details, and every link lands
+        assert f"href='#claim-{c.id.replace('_', '-')}'" in html and f"id='claim-{c.id.replace('_', '-')}'" in html
     assert "req/s" in data["context"] and "Naive cross-DC TTFT p50/p90/p99" in data["context"]
     assert set(data["map_words"]) == {"throughput_change_pct", "ttft_change_pct"}
     text = readme.read_text()
@@ -238,3 +254,46 @@ def test_load_ladder_lines_rungs_and_words():
     table = regime.ladder_table([a for a, _ in low], [b for _, b in low], plan)
     assert regime.seconds_rung(table) is None
     assert "At no stable load" in regime.ladder_words(table, plan) and "0.10 s" in regime.ladder_words(table, plan)
+
+
+def _browser_executable() -> str | None:
+    """Debian's chromium (the real binary behind its wrapper script), else Playwright's own."""
+    import shutil
+    from pathlib import Path
+
+    for path in ("/usr/lib/chromium/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if path and Path(path).is_file():
+            return path
+    return None
+
+
+def test_report_html_works_in_a_real_browser(light_run):
+    """report.html in headless Chromium at 1280x800: no console error, every image decoded, every
+    in-page link lands on an element, and the answer block is visible without scrolling."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (make setup installs it)")
+    exe = _browser_executable()
+    if exe is None:
+        pytest.skip("no Chromium on this host (make sysdeps installs Debian's chromium as root)")
+    out, _ = light_run
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto((out / "report.html").resolve().as_uri(), wait_until="load")
+            images = page.eval_on_selector_all("img", "els => els.map(e => [e.alt, e.complete, e.naturalWidth])")
+            dangling = page.eval_on_selector_all(
+                "a[href^='#']", "els => els.map(e => e.getAttribute('href').slice(1))"
+                                ".filter(id => !document.getElementById(id))")
+            links = page.eval_on_selector_all("a[href^='#']", "els => els.length")
+            box = page.locator("#answer").bounding_box()
+            visible = page.locator("#answer").is_visible()
+            scroll_y = page.evaluate("window.scrollY")
+        finally:
+            browser.close()
+    assert errors == []
+    assert len(images) >= 6 and all(done and width > 0 for _, done, width in images), images
+    assert links == len(CLAIMS) and dangling == []
+    assert visible and scroll_y == 0 and box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 800, box

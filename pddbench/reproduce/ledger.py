@@ -98,6 +98,21 @@ def row_cells(row: Row) -> list[str]:
             c.depends_on + (f" {row.note}" if row.note else "") + why]
 
 
+def short_cells(row: Row) -> list[str]:
+    """A ledger line with short cells: figure, article, simulated (mean, seed range), verdict; what
+    it depends on goes to the details (`detail_text`)."""
+    return row_cells(row)[:4]
+
+
+def detail_text(row: Row) -> str:
+    """What a row's value rests on, how it was measured and, where inconclusive, why."""
+    return row_cells(row)[4]
+
+
+def anchor(row: Row) -> str:
+    return f"claim-{row.claim.id.replace('_', '-')}"
+
+
 def markdown_table(rows: list[Row]) -> str:
     head = "| figure | article | simulated | verdict | depends on |\n| --- | ---: | ---: | --- | --- |\n"
     return head + "".join("| " + " | ".join(cell.replace("|", "/") for cell in row_cells(r)) + " |\n" for r in rows)

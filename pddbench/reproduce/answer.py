@@ -1,0 +1,119 @@
+"""The answer first: at most ten lines, generated from the ledger rows and the sensitivity map,
+that open report.md, report.html and the terminal summary: whether the article's headline gains
+hold under the shipped assumptions, where on the map they hold, which assumptions move them most,
+and how sure the run is. Every word comes from the data; nothing here knows the article's numbers
+beyond the claims table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from pddbench.reproduce.ledger import Row, fmt
+from pddbench.reproduce.sensitivity import SHORT
+
+MAX_LINES = 10
+# the headline claims, in the order a reader asks them (the first of each pair that has a value)
+HEADLINE = (("throughput_change_best", "throughput_change"), ("ttft_change_best", "ttft_change"),
+            ("bcr_change",), ("cost_per_token_change",))
+MAP_METRICS = (("throughput_change_pct", "PDD's throughput-within-SLA gain", "positive"),
+               ("ttft_change_pct", "PDD's mean TTFT change", "negative"))
+
+
+def _axis_name(axis: str) -> str:
+    return SHORT.get(axis, axis)
+
+
+def headline_line(row: Row) -> str:
+    c = row.claim
+    figure = c.figure[:1].upper() + c.figure[1:]
+    spread = ""
+    if row.spread and len(row.values) > 1 and row.spread[0] != row.spread[1]:
+        spread = f" ({fmt(row.spread[0], c.unit)} .. {fmt(row.spread[1], c.unit)} over {len(row.values)} seeds)"
+    if row.mean is None:
+        return f"- {figure}: not measured ({row.note or 'no value'})."
+    why = f", because {row.unsteady.split(';')[0]}" if row.verdict == "inconclusive" and row.unsteady else ""
+    return f"- {figure}: article {fmt(c.article, c.unit)}, here {fmt(row.mean, c.unit)}{spread}: **{row.verdict}**{why}."
+
+
+def headline_summary(rows: list[Row]) -> str:
+    """How many headline gains hold, do not hold, or cannot be judged from this run."""
+    held = sum(r.verdict == "reproduced" for r in rows)
+    sign = sum(r.verdict == "same sign only" for r in rows)
+    failed = sum(r.verdict == "not reproduced" for r in rows)
+    open_ = len(rows) - held - sign - failed
+    return (f"of the article's {len(rows)} headline gains, under the shipped assumptions {held} hold, {sign} only in "
+            f"direction, {failed} do not, {open_} cannot be judged from this run")
+
+
+def where_line(df: pd.DataFrame, axes: list[str], metric: str, subject: str, good: str) -> str | None:
+    """Where on the map the article's direction holds: how many points, and the axis value under
+    which it holds most often (as a share of that value's points)."""
+    if df.empty or metric not in df.columns:
+        return None
+    d = df.dropna(subset=[metric])
+    if d.empty:
+        return f"- {subject}: no map point could be measured."
+    wins = d[metric] > 0 if good == "positive" else d[metric] < 0
+    n, k = len(d), int(wins.sum())
+    if k == 0:
+        return f"- {subject} goes the article's way ({good}) nowhere on the map (0 of {n} points)."
+    if k == n:
+        return f"- {subject} goes the article's way ({good}) everywhere on the map ({n} points)."
+    best = None
+    for axis in axes:
+        if axis not in d.columns or d[axis].nunique() < 2:
+            continue
+        for value, grp in d.groupby(axis, sort=True):
+            share = float(wins[grp.index].mean())
+            key = (share, len(grp))
+            if best is None or key > best[0]:
+                best = (key, axis, value, int(wins[grp.index].sum()), len(grp))
+    text = f"- {subject} goes the article's way ({good}) at {k} of {n} map points"
+    if best:
+        _, axis, value, kk, nn = best
+        text += f", most often where {_axis_name(axis)} = {value} ({kk} of {nn} there)"
+    return text + "."
+
+
+def ranked_axes(df: pd.DataFrame, axes: list[str], metric: str) -> list[tuple[str, float]]:
+    """Axes by how far the metric's mean moves between the axis's values (percentage points)."""
+    d = df.dropna(subset=[metric]) if metric in df.columns else df.iloc[0:0]
+    out = []
+    for axis in axes:
+        if axis in d.columns and d[axis].nunique() > 1:
+            means = d.groupby(axis)[metric].mean()
+            out.append((axis, float(means.max() - means.min())))
+    return sorted(out, key=lambda t: -t[1])
+
+
+def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int, requests: int, full: bool,
+                 map_requests: int, min_requests: int) -> list[str]:
+    by_id = {r.claim.id: r for r in rows}
+    headline = []
+    for ids in HEADLINE:
+        row = next((by_id[i] for i in ids if i in by_id and by_id[i].mean is not None),
+                   next((by_id[i] for i in ids if i in by_id), None))
+        if row is not None:
+            headline.append(row)
+    lines = [f"**The answer** ({'full' if full else 'light'} run: {seeds} seeds, {requests:,} requests a run; "
+             f"sensitivity map: {len(df)} PDD points of {map_requests:,} requests): {headline_summary(headline)}."]
+    lines += [headline_line(r) for r in headline]
+    for metric, subject, good in MAP_METRICS:
+        line = where_line(df, axes, metric, subject, good)
+        if line:
+            lines.append(line)
+    ranked = ranked_axes(df, axes, "throughput_change_pct")
+    if ranked:
+        lines.append("- What moves the throughput gain most (spread of its mean across each axis's values): "
+                     + ", ".join(f"{_axis_name(a)} {pp:.0f} points" for a, pp in ranked) + ".")
+    inconclusive = [r for r in rows if r.verdict == "inconclusive"]
+    sure = f"- How sure: {seeds} seeds a row (spread shown); "
+    if inconclusive:
+        sure += (f"{len(inconclusive)} of {len(rows)} rows inconclusive (capacities from traces shorter than "
+                 f"{min_requests:,} requests; `pddbench reproduce --requests {min_requests}` settles them)")
+    else:
+        sure += f"every capacity behind a verdict from at least {min_requests:,} requests"
+    if map_requests < min_requests:
+        sure += f"; the map's {map_requests:,}-request points are indicative, not verdicts"
+    lines.append(sure + ".")
+    return lines[:MAX_LINES]
