@@ -82,7 +82,12 @@ def test_the_answer_is_generated_from_rows_and_map():
     assert "at 2 of 4 map points, most often where TPOT SLA (ms) = 150 (2 of 2 there)" in text
     assert "mean TTFT change goes the article's way (negative) at 2 of 4" in text
     assert "TPOT SLA (ms) 35 points, WAN line 3 points" in text  # 10 - (-25) and -6 - (-9)
-    assert "1 of 4 rows inconclusive" in text and "400-request points are indicative" in text
+    assert "1 of 4 rows inconclusive, e.g. capacities from 1,000 requests; settle it" in text
+    assert "400-request points are indicative" in text
+    checks = [{"deployment": "pdd", "requests": 12000, "requests_2n": 24000, "change_pct": -2.6, "converged": True},
+              {"deployment": "same-dc-pd", "requests": 12000, "requests_2n": 24000, "change_pct": 4.0, "converged": False}]
+    sure = answer_lines(rows, df, ["sla.tpot_ms"], 3, 1000, False, 400, 12_000, checks)[-1]
+    assert "1 of 2 capacities converged (12,000 vs 24,000 requests, largest move same-dc-pd +4.0 %)" in sure
 
 
 def test_the_answer_says_everywhere_and_nowhere():

@@ -127,6 +127,12 @@ def test_light_reproduce_writes_the_ledger(light_run):
                 "throughput_change_equal_prefill"):
         row = [r for r in data["rows"] if r["id"] == cid][0]
         assert row["verdict"] == "inconclusive" and "--requests" in row["unsteady"], row
+    # each capacity claim records the n vs 2n check of the capacities it rests on (seed 0)
+    conv = data["convergence"]
+    assert conv["bound_pct"] == 3.0 and data["settings"]["verdict_capacity_requests"] == 40
+    for cid in ("throughput_change", "throughput_change_best", "throughput_change_equal_prefill"):
+        checks = conv["by_claim"][cid]
+        assert len(checks) == 2 and all(c["requests"] == 40 and c["requests_2n"] == 80 for c in checks), checks
 
 
 def test_a_row_on_unsteady_evidence_has_no_verdict():
@@ -140,6 +146,25 @@ def test_a_row_on_unsteady_evidence_has_no_verdict():
     flagged = unsteady([row("throughput_change", [30.0, 25.0])], unsteady_reason(short + steady))[0]
     assert flagged.verdict == "inconclusive" and "400" in flagged.unsteady and "12000" in flagged.unsteady
     assert unsteady([row("throughput_change", [])], unsteady_reason(short))[0].verdict == "not measurable"
+
+
+def test_a_capacity_that_moves_on_twice_the_requests_has_no_verdict():
+    from pddbench.reproduce.claim_rows import convergence, row, unsteady, unsteady_reason
+
+    cap = lambda rps, n: {"throughput_within_sla_rps": rps, "requests": n, "warnings": []}
+    held = convergence("pdd", cap(9.5, 12_000), cap(9.25, 24_000))  # -2.6 %: within 3 %
+    moved = convergence("same-dc-pd", cap(10.0, 12_000), cap(9.0, 24_000))  # -10 %
+    zero = convergence("best-pdd", cap(0.0, 12_000), cap(0.5, 24_000))
+    assert held["converged"] and held["change_pct"] == -2.63 and not moved["converged"] and not zero["converged"]
+    assert convergence("x", cap(0.0, 1), cap(0.0, 2))["converged"]  # both 0 agree
+    steady = [cap(9.5, 12_000)]
+    assert unsteady_reason(steady, [held]) == ""
+    why = unsteady_reason(steady, [held, moved])
+    assert "same-dc-pd's capacity did not converge: 10.00 req/s on 12,000 requests, 9.00 on 24,000 (-10.0 %" in why
+    assert "--requests 24000" in why
+    assert "did not converge" in unsteady_reason(steady, [zero]) and "from a capacity of 0" in unsteady_reason(steady, [zero])
+    assert "no convergence check" in unsteady_reason(steady, [held, None])
+    assert unsteady([row("throughput_change", [5.0])], why)[0].verdict == "inconclusive"
 
 
 def _check_best_vs_best(out, data):

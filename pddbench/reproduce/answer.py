@@ -87,7 +87,8 @@ def ranked_axes(df: pd.DataFrame, axes: list[str], metric: str) -> list[tuple[st
 
 
 def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int, requests: int, full: bool,
-                 map_requests: int, min_requests: int) -> list[str]:
+                 map_requests: int, min_requests: int, checks: list[dict | None] | None = None) -> list[str]:
+    """The answer block; `checks`: the convergence checks of the capacities behind verdicts."""
     by_id = {r.claim.id: r for r in rows}
     headline = []
     for ids in HEADLINE:
@@ -107,12 +108,17 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
         lines.append("- What moves the throughput gain most (spread of its mean across each axis's values): "
                      + ", ".join(f"{_axis_name(a)} {pp:.0f} points" for a, pp in ranked) + ".")
     inconclusive = [r for r in rows if r.verdict == "inconclusive"]
-    sure = f"- How sure: {seeds} seeds a row (spread shown); "
+    sure = f"- How sure: {seeds} seeds a row (spread shown)"
+    done = [c for c in checks or [] if c]
+    if done:
+        worst = max(done, key=lambda c: abs(c["change_pct"] or 0))
+        sure += (f"; {sum(c['converged'] for c in done)} of {len(done)} capacities converged ({done[0]['requests']:,} vs "
+                 f"{done[0]['requests_2n']:,} requests, largest move {worst['deployment']} "
+                 f"{(worst['change_pct'] or 0):+.1f} %)")
     if inconclusive:
-        sure += (f"{len(inconclusive)} of {len(rows)} rows inconclusive (capacities from traces shorter than "
-                 f"{min_requests:,} requests; `pddbench reproduce --requests {min_requests}` settles them)")
+        sure += f"; {len(inconclusive)} of {len(rows)} rows inconclusive, e.g. {inconclusive[0].unsteady.rstrip('.')}"
     else:
-        sure += f"every capacity behind a verdict from at least {min_requests:,} requests"
+        sure += f"; every capacity behind a verdict from at least {min_requests:,} requests"
     if map_requests < min_requests:
         sure += f"; the map's {map_requests:,}-request points are indicative, not verdicts"
     lines.append(sure + ".")

@@ -80,9 +80,24 @@ def _rps(caps: list[dict]) -> str:
     return ", ".join(f"{c['throughput_within_sla_rps']:.1f} ({c.get('bound_by')})" for c in caps)
 
 
-def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict], light: bool) -> list[Row]:
+def ranking_reason(best: dict[str, dict]) -> str:
+    """Why the best splits are not steady-state evidence ("" when they are): optimize ranked the
+    splits on a trace shorter than the capacity search's min_requests, where a decode-bound split
+    looks stronger than it is, so the split called best may not be."""
+    short = {n: r["search"]["requests"] for n, r in best.items() if (r["search"]["requests"] or 0) < MIN_REQUESTS}
+    if not short:
+        return ""
+    n = min(short.values())
+    return (f"the splits were ranked on {n:,}-request traces, fewer than the {MIN_REQUESTS:,} the capacity search "
+            f"needs, so the split called best may not be; settle it with `pddbench optimize` on {MIN_REQUESTS:,} "
+            f"requests per deployment, or `pddbench reproduce --full --requests {MIN_REQUESTS}`.")
+
+
+def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict], light: bool,
+                 conv: dict[str, dict] | None = None) -> list[Row]:
     """The best-vs-best and control rows; `s` and `cap` hold per-seed summaries and capacity
-    results under the MEASURED names, `plan` is `measured(...)`."""
+    results under the MEASURED names, `plan` is `measured(...)`, `conv` the convergence checks by
+    measured name (pddbench/reproduce/claim_rows.py)."""
     base, pdd, ctl = "best-same-dc-pd", "best-pdd", "control-pdd"
     ttft = lambda a, b: [change(x["ttft_ms"]["mean"], y["ttft_ms"]["mean"]) for x, y in zip(s[a], s[b])]
     thr = lambda a, b: [change(x["throughput_within_sla_rps"], y["throughput_within_sla_rps"])
@@ -105,9 +120,12 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
     ctl_note = (f"Control {lab[ctl]} vs same-DC {lab[base]}: {same_pre} Control capacity {_rps(cap[ctl])} req/s; "
                 + (f"control vs PDD's best (the prefill chips' own effect): {sum(pe) / len(pe):+.1f} % throughput."
                    if pe else ""))
-    why = unsteady_reason([c for n in (base, pdd, ctl) for c in cap[n]])
+    conv = conv or {}
+    ranked = ranking_reason(best)
+    why_best = unsteady_reason(cap[base] + cap[pdd], [conv.get(base), conv.get(pdd)]) or ranked
+    why_ctl = unsteady_reason(cap[base] + cap[ctl], [conv.get(base), conv.get(ctl)]) or ranked
     return [row("ttft_change_best", ttft(pdd, base), f"PDD {lab[pdd]} vs same-DC {lab[base]}. " + note),
             *unsteady([row("throughput_change_best", thr(pdd, base), f"PDD {lab[pdd]} vs same-DC {lab[base]}." + caps
-                           + " " + note)], why),
+                           + " " + note)], why_best),
             row("ttft_change_equal_prefill", ttft(ctl, base), ctl_note),
-            *unsteady([row("throughput_change_equal_prefill", thr(ctl, base), ctl_note + warn)], why)]
+            *unsteady([row("throughput_change_equal_prefill", thr(ctl, base), ctl_note + warn)], why_ctl)]

@@ -27,7 +27,7 @@ from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
 from pddbench.reproduce.claim_rows import change as _chg
 from pddbench.reproduce.claim_rows import row as _row
-from pddbench.reproduce.claim_rows import unsteady, unsteady_reason
+from pddbench.reproduce.claim_rows import CONVERGED_PCT, convergence, unsteady, unsteady_reason
 from pddbench.reproduce.answer import answer_lines
 from pddbench.reproduce.claims import CLAIMS
 from pddbench.core.io import new_run_dir, write_json, write_text
@@ -39,6 +39,10 @@ from pddbench.core.shipped import MOONCAKE_TRACE
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST, SynthConfig, synthesize
 
 console = Console(stderr=True)
+# which deployments' capacities each capacity claim rests on (their convergence checks)
+CONVERGENCE_CLAIMS = {cid: ["same-dc-pd", "pdd"] for cid in ("throughput_change", "bcr_change", "cost_per_token_change")}
+CONVERGENCE_CLAIMS |= {"throughput_change_best": ["best-same-dc-pd", "best-pdd"],
+                       "throughput_change_equal_prefill": ["best-same-dc-pd", "control-pdd"]}
 __all__ = ["MAP_FULL", "MAP_LIGHT", "PDD_ONLY_AXES", "REQUESTS_ENV", "Settings", "reproduce"]
 
 
@@ -52,9 +56,9 @@ def comparison_words(sim: Simulated, common) -> str:
     return text
 
 
-def comparison_rows(s: dict, cap: dict, sim: Simulated, common, cfg: Settings) -> list[Row]:
+def comparison_rows(s: dict, cap: dict, sim: Simulated, common, cfg: Settings, conv: dict) -> list[Row]:
     """Best split vs best split, the equal-prefill control and the common loads."""
-    rows = bvb.measure_rows(s, cap, sim.best, sim.plan, not cfg.full)
+    rows = bvb.measure_rows(s, cap, sim.best, sim.plan, not cfg.full, conv)
     if len(common):
         return rows + common_load.measure_rows(common, sim.loads, *COMMON, not cfg.full)
     why = f"No common load: a capacity is 0 ({sim.loads['capacities_rps']} req/s)."
@@ -126,7 +130,7 @@ def measure_drc(s: dict) -> list[Row]:
     return [_row("drc_wan_reduction", vals, f"P-side token-weighted hit {hit:.2f}.")]
 
 
-def measure_headline(s: dict, cap: dict) -> list[Row]:
+def measure_headline(s: dict, cap: dict, conv: dict) -> list[Row]:
     ttft = [_chg(p["ttft_ms"]["mean"], b["ttft_ms"]["mean"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
     regime = [_chg(p["ttft_ms"]["mean"], b["ttft_ms"]["mean"]) for p, b in zip(s["regime-pdd"], s["regime-same-dc-pd"])]
     thr = [_chg(p["throughput_within_sla_rps"], b["throughput_within_sla_rps"]) for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
@@ -136,7 +140,7 @@ def measure_headline(s: dict, cap: dict) -> list[Row]:
            for p, b in zip(cap["pdd"], cap["same-dc-pd"])]
     cost = [_chg(p["cost_per_hour"], b["cost_per_hour"]) for p, b in zip(s["pdd"], s["same-dc-pd"])]
     rps = lambda runs: ", ".join(f"{r['throughput_within_sla_rps']:.1f} ({r.get('bound_by')})" for r in runs)
-    why = unsteady_reason(cap["pdd"] + cap["same-dc-pd"])
+    why = unsteady_reason(cap["pdd"] + cap["same-dc-pd"], [conv.get("pdd"), conv.get("same-dc-pd")])
     return [_row("ttft_change", ttft), _row("ttft_change_regime", regime),
             *unsteady([_row("throughput_change", thr, f"capacity in req/s (bound by) same-DC "
                             f"{rps(cap['same-dc-pd'])}; PDD {rps(cap['pdd'])}."),
@@ -328,11 +332,11 @@ def context_line(op: dict, cfg: Settings) -> str:
 
 
 def ledger_rows(s: dict, cap: dict, tub, cfg: Settings, regime_load: dict, ladder: dict,
-                comparison: list[Row]) -> tuple[list[Row], dict]:
+                comparison: list[Row], conv: dict) -> tuple[list[Row], dict]:
     """Every claim's row; `comparison`: the best-vs-best, control and common-load rows."""
     mix_rows, mix_info = measure_hit_mix(cfg)
     rows = (mix_rows + measure_naive_cross_dc(s, regime_load) + measure_ladder(ladder["rungs"], ladder["words"])
-            + measure_drc(s) + measure_headline(s, cap)
+            + measure_drc(s) + measure_headline(s, cap, conv)
             + measure_relay_share(s) + measure_handoff(cfg.seeds) + measure_modes(s) + measure_relay_only(s)
             + measure_singular(s) + measure_bathtub(tub) + comparison)
     order = {c.id: i for i, c in enumerate(CLAIMS)}
@@ -368,7 +372,10 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     op = operating_point(s, traces, cfg, regime_load, ladder)
     context = context_line(op, cfg)
     common = common_load.table({k[1:]: v["summary"] for k, v in results.items() if k[0] == "common"}, loads)
-    rows, mix_info = ledger_rows(s, cap, tub, cfg, regime_load, ladder, comparison_rows(s, cap, sim, common, cfg))
+    conv = {n: convergence(n, results[("capacity", n, 0)]["capacity"], results[("convergence", n, 0)]["capacity"])
+            for n in cap if ("convergence", n, 0) in results}
+    rows, mix_info = ledger_rows(s, cap, tub, cfg, regime_load, ladder, comparison_rows(s, cap, sim, common, cfg, conv),
+                                 conv)
 
     _comparisons(folders, plan, out)
 
@@ -382,10 +389,14 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     comparison = comparison_words(sim, common)
     full_context = (f"{context}\n\n{comparison}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): "
                     f"{map_words}")
-    answer = answer_lines(rows, sens, axes, cfg.seeds, cfg.requests, cfg.full, cfg.map_requests, MIN_REQUESTS)
-    write_json(out / "reproduce.json", {"answer": answer, "context": context, "operating_point": op, "settings": {
+    answer = answer_lines(rows, sens, axes, cfg.seeds, cfg.requests, cfg.full, cfg.map_requests, MIN_REQUESTS,
+                          list(conv.values()))
+    write_json(out / "reproduce.json", {"answer": answer, "convergence": {
+        "bound_pct": CONVERGED_PCT, "by_claim": {cid: [conv.get(n) for n in names] for cid, names in CONVERGENCE_CLAIMS.items()}},
+        "context": context, "operating_point": op, "settings": {
         "requests": cfg.requests, "seeds": cfg.seeds, "full": cfg.full, "map_points": len(sens),
-        "map_requests": cfg.map_requests, "bathtub_requests": cfg.bathtub_requests, "capacity_iterations": cfg.iterations,
+        "map_requests": cfg.map_requests, "verdict_capacity_requests": cfg.capacity_requests,
+        "verdict_capacity_iterations": cfg.capacity_iterations, "bathtub_requests": cfg.bathtub_requests, "capacity_iterations": cfg.iterations,
         "wall_s": wall, "cpu_s": cpu_seconds(), "load_average": os.getloadavg()[0],
         "worker_s_by_kind": {k: round(v, 1) for k, v in sim.walls.items()}}, "rows": [r.to_json() for r in rows], "map_words": words, "traces": traces, "mooncake": mix_info,
         "bathtub": tub.reset_index().rename(columns={"index": "hit_rate"}).to_dict(orient="records"),

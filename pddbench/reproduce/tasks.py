@@ -24,6 +24,7 @@ from pddbench.reproduce import best_vs_best as bvb
 from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
 from pddbench.core.io import write_json, write_text
+from pddbench.measure.capacity import MIN_REQUESTS
 from pddbench.core.shipped import SCENARIOS
 from pddbench.workload.synth import MOONCAKE_LIKE_HIST, PDD_LIKE_HIST
 
@@ -73,6 +74,10 @@ class Settings:
     iterations: int = 5           # capacity search steps after bracketing
     map_requests: int = 400
     bathtub_requests: int = 150
+    # the capacities behind verdicts (shipped and best splits): steady-state traces, fine resolution,
+    # each checked against the same search on twice the requests (seed 0; CONVERGED_PCT)
+    capacity_requests: int = MIN_REQUESTS
+    capacity_iterations: int = 7
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
@@ -85,8 +90,11 @@ class Settings:
                     bathtub_requests=400)
         else:
             s = cls(requests=n or 1000, seeds=seeds, jobs=jobs, ray=ray)
-        if n and n < 200:  # a tiny test run: everything small
+        if n and n < 200:  # a tiny test run: everything small (and its capacity rows inconclusive)
             s.map_requests, s.bathtub_requests, s.iterations = n, n, 3
+            s.capacity_requests, s.capacity_iterations = n, 3
+        elif n:
+            s.capacity_requests = max(n, MIN_REQUESTS)
         return s
 
 
@@ -117,13 +125,13 @@ def _variant(name: str, seed: int, cfg: Settings, extra: list[str] | tuple = ())
     return load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg) + list(extra))
 
 
-def _payload(sc, kind: str, cfg: Settings, log: str = ""):
+def _payload(sc, kind: str, cfg: Settings, log: str = "", iterations: int | None = None):
     from pddbench.sweep.payload import make_payload, ship_scenario
 
     data, blobs = ship_scenario(sc)
     task: dict = {"kind": kind, "scenario": data}
     if kind == "capacity":
-        task["iterations"] = cfg.iterations
+        task["iterations"] = iterations or cfg.iterations
     if kind == "run_folder":
         task["scenario_yaml"] = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
         task["log"] = [log]
@@ -162,13 +170,20 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
     from pddbench.sweep.payload import make_payload
 
     tasks: list[tuple[tuple, object]] = []
+
+    def capacity_task(key: tuple, n: int):
+        name, seed = key[1], key[2]
+        sets = [f"workload.synth.requests={n}"]
+        sc = _variant(name, seed, cfg, sets) if name in SEARCHED else _split_scenario(name, plan[name]["split"], seed, cfg, sets)
+        return key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations)
+
+    for name in SEARCHED + list(plan):  # the convergence check: seed 0 on twice the requests
+        if name not in reused_capacities(plan, 1, cfg):  # (the control, where it is PDD's best split)
+            tasks.append(capacity_task(("convergence", name, 0), 2 * cfg.capacity_requests))
     for seed in range(cfg.seeds):
-        for name in SEARCHED:
-            tasks.append((("capacity", name, seed), _scenario_task(name, seed, cfg, "capacity")))
-        for mname, p in plan.items():
-            if mname in reused_capacities(plan, seed):
-                continue
-            tasks.append((("capacity", mname, seed), _payload(_split_scenario(mname, p["split"], seed, cfg), "capacity", cfg)))
+        for name in SEARCHED + list(plan):
+            if name not in reused_capacities(plan, seed, cfg):
+                tasks.append(capacity_task(("capacity", name, seed), cfg.capacity_requests))
     for seed in range(cfg.seeds):
         for name in regime.MEASURED:
             tasks.append((("regime_capacity", name, seed),
@@ -199,25 +214,29 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
     return tasks
 
 
-def reused_capacities(plan: dict, seed: int) -> dict[str, str]:
-    """Capacities not searched again: on seed 0 the best splits' own (optimize measured them on the
-    same scenario), and the control's wherever it is PDD's best split. Measured name -> source."""
-    out = {n: "optimize" for n in ("best-same-dc-pd", "best-pdd")} if seed == 0 else {}
+def reused_capacities(plan: dict, seed: int, cfg: Settings) -> dict[str, str]:
+    """Capacities not searched again: on seed 0 the best splits' own where optimize measured them
+    on the same trace and resolution, and the control's wherever it is PDD's best split. Measured
+    name -> source."""
+    same = cfg.capacity_requests == cfg.requests and cfg.capacity_iterations == cfg.iterations
+    out = {n: "optimize" for n in ("best-same-dc-pd", "best-pdd")} if seed == 0 and same else {}
     if plan["control-pdd"]["split"] == plan["best-pdd"]["split"]:
         out["control-pdd"] = "best-pdd"
     return out
 
 
-def fill_reused(results: dict, best: dict, plan: dict, seeds: int) -> None:
+def fill_reused(results: dict, best: dict, plan: dict, cfg: Settings) -> None:
     """Put the reused capacities (reused_capacities) under their measured names."""
-    for seed in range(seeds):
-        for mname, src in reused_capacities(plan, seed).items():
+    for seed in range(cfg.seeds):
+        for mname, src in reused_capacities(plan, seed, cfg).items():
             if src == "optimize":
                 results[("capacity", mname, seed)] = {"capacity": best[bvb.MEASURED[mname]]["best"]}
-    for seed in range(seeds):
-        for mname, src in reused_capacities(plan, seed).items():
+    for seed in range(cfg.seeds):
+        for mname, src in reused_capacities(plan, seed, cfg).items():
             if src != "optimize":
                 results[("capacity", mname, seed)] = results[("capacity", src, seed)]
+                if seed == 0 and ("convergence", src, 0) in results:
+                    results[("convergence", mname, 0)] = results[("convergence", src, 0)]
 
 
 def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
@@ -328,7 +347,7 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         plan = bvb.measured(best, scen)
         console.print("  best splits: " + "; ".join(f"{n} {p['label']}" for n, p in plan.items()), highlight=False)
         results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
-        fill_reused(results, best, plan, cfg.seeds)
+        fill_reused(results, best, plan, cfg)
         per_seed = lambda kind, n: [results[k]["capacity"] for k in sorted(k for k in results if k[:2] == (kind, n))]
         line_rps = regime_line_capacities(cfg, results)
         regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED}, line_rps)
