@@ -110,3 +110,16 @@ def test_rate_scale_offers_the_asked_load():
     trial.workload.rate_scale = rate_scale_for(2.5, base["offered_rps"])
     _, s = simulate_summary(trial)
     assert s["offered_rps"] == pytest.approx(2.5, rel=1e-3)
+
+
+def test_best_split_rows_need_a_steady_ranking():
+    """A best split ranked on a short trace, or pre-selected on one, is no steady evidence."""
+    from pddbench.reproduce.best_vs_best import ranking_reason
+
+    search = lambda n, coarse=None: {"search": {"requests": n, "coarse_requests": coarse, "refine_top": 3 if coarse else None,
+                                                "candidates": 10}}
+    assert ranking_reason({"pdd": search(12_000), "same-dc-pd": search(24_000)}) == ""
+    short = ranking_reason({"pdd": search(12_000), "same-dc-pd": search(1_000)})
+    assert "ranked on 1,000-request traces" in short and "--requests 12000" in short
+    pre = ranking_reason({"pdd": search(12_000, 1_000), "same-dc-pd": search(12_000)})
+    assert "pre-selected on 1,000-request traces (the top 3 of 10 measured on 12,000)" in pre

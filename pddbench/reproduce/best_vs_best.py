@@ -26,6 +26,9 @@ from pddbench.sweep.executors import Executor
 BUDGETS = {"same-dc-pd": {"A": 88}, "pdd": {"A": 43, "B": 32}}
 # The measured deployments: name -> the paper scenario whose pools the split replaces.
 MEASURED = {"best-same-dc-pd": "same-dc-pd", "best-pdd": "pdd", "control-pdd": "pdd"}
+# light: every candidate of one size measured on the steady trace (nothing pruned); full: three
+# sizes, coarse on 1,000 requests, the top 3 on the steady trace (the pre-selection is short-trace
+# evidence, so its best-split rows stay inconclusive: ranking_reason)
 LIGHT = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
 FULL = {"sizes": [7, 8, 9], "coarse_requests": 1000, "refine_top": 3}
 
@@ -85,12 +88,19 @@ def ranking_reason(best: dict[str, dict]) -> str:
     splits on a trace shorter than the capacity search's min_requests, where a decode-bound split
     looks stronger than it is, so the split called best may not be."""
     short = {n: r["search"]["requests"] for n, r in best.items() if (r["search"]["requests"] or 0) < MIN_REQUESTS}
-    if not short:
-        return ""
-    n = min(short.values())
-    return (f"the splits were ranked on {n:,}-request traces, fewer than the {MIN_REQUESTS:,} the capacity search "
-            f"needs, so the split called best may not be; settle it with `pddbench optimize` on {MIN_REQUESTS:,} "
-            f"requests per deployment, or `pddbench reproduce --full --requests {MIN_REQUESTS}`.")
+    if short:
+        n = min(short.values())
+        return (f"the splits were ranked on {n:,}-request traces, fewer than the {MIN_REQUESTS:,} the capacity "
+                f"search needs, so the split called best may not be; settle it with `pddbench reproduce --requests "
+                f"{MIN_REQUESTS}`.")
+    coarse = {n: r["search"] for n, r in best.items() if r["search"].get("coarse_requests")}
+    if coarse:
+        s = next(iter(coarse.values()))
+        return (f"the candidates were pre-selected on {s['coarse_requests']:,}-request traces (the top "
+                f"{s['refine_top']} of {s['candidates']} measured on {s['requests']:,}), short-trace evidence that "
+                "can drop the best split; settle it with `pddbench optimize` on every candidate at "
+                f"{MIN_REQUESTS:,} requests (no --coarse-requests).")
+    return ""
 
 
 def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict], light: bool,
@@ -104,8 +114,8 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
                         for x, y in zip(cap[a], cap[b])]
     sp = {n: p["split"] for n, p in plan.items()}
     lab = {n: p["label"] for n, p in plan.items()}
-    note = search_note(best) + (" Light run: a small candidate set (one instance size) and a short trace; "
-                                "`--full` searches sizes 7/8/9 on the full trace." if light else "")
+    note = search_note(best) + (" Light run: one instance size (8 chips), every split measured on the steady "
+                                "trace; `--full` tries sizes 7/8/9, pre-selected on 1,000 requests." if light else "")
     short = [c for n in (base, pdd, ctl) for c in cap[n] if c.get("warnings")]
     warn = (f" The capacity search warns: {short[0]['requests']:,} requests are fewer than its min_requests "
             f"{short[0].get('min_requests') or MIN_REQUESTS:,}, so a decode-bound split's capacity may be overstated."

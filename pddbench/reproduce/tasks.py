@@ -215,11 +215,10 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
 
 
 def reused_capacities(plan: dict, seed: int, cfg: Settings) -> dict[str, str]:
-    """Capacities not searched again: on seed 0 the best splits' own where optimize measured them
-    on the same trace and resolution, and the control's wherever it is PDD's best split. Measured
-    name -> source."""
-    same = cfg.capacity_requests == cfg.requests and cfg.capacity_iterations == cfg.iterations
-    out = {n: "optimize" for n in ("best-same-dc-pd", "best-pdd")} if seed == 0 and same else {}
+    """Capacities not searched again: on seed 0 the best splits' own (optimize measured them on the
+    same trace, cfg.capacity_requests, at the same resolution), and the control's wherever it is
+    PDD's best split. Measured name -> source."""
+    out = {n: "optimize" for n in ("best-same-dc-pd", "best-pdd")} if seed == 0 else {}
     if plan["control-pdd"]["split"] == plan["best-pdd"]["split"]:
         out["control-pdd"] = "best-pdd"
     return out
@@ -338,8 +337,10 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
     walls: dict[str, float] = {}
     with make_executor(cfg.jobs, cfg.ray) as ex:
         t0 = time.perf_counter()
-        scen = {n: _variant(n, 0, cfg) for n in bvb.BUDGETS}
-        best = bvb.search(scen, ex, cfg.iterations, cfg.full, lambda m: console.print(f"  split search: {m}", highlight=False))
+        # the splits are ranked on the trace and resolution the verdicts' capacities use
+        scen = {n: _variant(n, 0, cfg, [f"workload.synth.requests={cfg.capacity_requests}"]) for n in bvb.BUDGETS}
+        best = bvb.search(scen, ex, cfg.capacity_iterations, cfg.full,
+                          lambda m: console.print(f"  split search: {m}", highlight=False))
         walls["optimize (wall)"] = time.perf_counter() - t0
         for name, res in best.items():
             write_json(out / "optimize" / name / "optimize.json", res)
