@@ -123,3 +123,34 @@ def test_best_split_rows_need_a_steady_ranking():
     assert "ranked on 1,000-request traces" in short and "--requests 12000" in short
     pre = ranking_reason({"pdd": search(12_000, 1_000), "same-dc-pd": search(12_000)})
     assert "pre-selected on 1,000-request traces (the top 3 of 10 measured on 12,000)" in pre
+
+
+def test_a_capacity_that_moved_is_searched_again_on_twice_the_requests():
+    """After the first checks, the deployments whose capacity moved beyond 3 % on twice the
+    requests are searched again: seed 0 takes its check's result, the other seeds run on 2n, and a
+    new check runs on 4n; the control, a copy of PDD's best, is not searched on its own."""
+    import json
+
+    from pddbench.reproduce.tasks import Settings, doubled_tasks, unconverged
+
+    cap = lambda rps, n: {"capacity": {"throughput_within_sla_rps": rps, "requests": n, "warnings": []}}
+    same = {"prefill": {"instances": 6, "chips_per_instance": 8}, "decode": {"instances": 5, "chips_per_instance": 8}}
+    pdd = {"prefill": {"instances": 4, "chips_per_instance": 8}, "relay": {"instances": 1, "chips_per_instance": 8},
+           "main": {"instances": 4, "chips_per_instance": 8}}
+    plan = {"best-same-dc-pd": {"split": same}, "best-pdd": {"split": pdd}, "control-pdd": {"split": pdd}}
+    results = {}
+    for name, (a, b) in {"same-dc-pd": (14.375, 13.5625), "pdd": (9.5, 9.4375), "best-same-dc-pd": (18.25, 16.5),
+                         "best-pdd": (9.5625, 9.5)}.items():
+        results[("capacity", name, 0)], results[("convergence", name, 0)] = cap(a, 12_000), cap(b, 24_000)
+    moved = unconverged(results, plan)
+    assert moved == ["same-dc-pd", "best-same-dc-pd"]
+    cfg = Settings(seeds=3)
+    tasks = doubled_tasks(results, cfg, plan, moved)
+    assert [k for k, _ in tasks] == [("convergence", "same-dc-pd", 0), ("capacity", "same-dc-pd", 1),
+                                     ("capacity", "same-dc-pd", 2), ("convergence", "best-same-dc-pd", 0),
+                                     ("capacity", "best-same-dc-pd", 1), ("capacity", "best-same-dc-pd", 2)]
+    requests = [json.loads(p.task)["scenario"]["workload"]["synth"]["requests"] for _, p in tasks]
+    assert requests == [48_000, 24_000, 24_000] * 2
+    assert results[("capacity", "same-dc-pd", 0)]["capacity"]["requests"] == 24_000  # the check's own result
+    assert results[("capacity", "pdd", 0)]["capacity"]["requests"] == 12_000  # converged: left as it was
+    assert json.loads(tasks[4][1].task)["scenario"]["deployment"]["decode"]["instances"] == 5  # the best split's

@@ -132,7 +132,9 @@ def test_light_reproduce_writes_the_ledger(light_run):
     assert conv["bound_pct"] == 3.0 and data["settings"]["verdict_capacity_requests"] == 40
     for cid in ("throughput_change", "throughput_change_best", "throughput_change_equal_prefill"):
         checks = conv["by_claim"][cid]
-        assert len(checks) == 2 and all(c["requests"] == 40 and c["requests_2n"] == 80 for c in checks), checks
+        # 40 requests, or 80 where the first check moved and the capacity was searched again
+        assert len(checks) == 2 and all(c["requests"] in (40, 80) and c["requests_2n"] == 2 * c["requests"]
+                                        for c in checks), checks
 
 
 def test_a_row_on_unsteady_evidence_has_no_verdict():

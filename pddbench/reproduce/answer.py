@@ -112,9 +112,11 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
     done = [c for c in checks or [] if c]
     if done:
         worst = max(done, key=lambda c: abs(c["change_pct"] or 0))
-        sure += (f"; {sum(c['converged'] for c in done)} of {len(done)} capacities converged ({done[0]['requests']:,} vs "
-                 f"{done[0]['requests_2n']:,} requests, largest move {worst['deployment']} "
-                 f"{(worst['change_pct'] or 0):+.1f} %)")
+        lengths = sorted({c["requests"] for c in done})
+        on = (f"{lengths[0]:,} vs {2 * lengths[0]:,} requests" if len(lengths) == 1 else
+              f"{lengths[0]:,}-{lengths[-1]:,} requests, each vs twice that")
+        sure += (f"; {sum(c['converged'] for c in done)} of {len(done)} capacities converged ({on}, largest move "
+                 f"{worst['deployment']} {(worst['change_pct'] or 0):+.1f} %)")
     if inconclusive:
         sure += f"; {len(inconclusive)} of {len(rows)} rows inconclusive, e.g. {inconclusive[0].unsteady.rstrip('.')}"
     else:

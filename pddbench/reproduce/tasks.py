@@ -78,6 +78,7 @@ class Settings:
     # each checked against the same search on twice the requests (seed 0; CONVERGED_PCT)
     capacity_requests: int = MIN_REQUESTS
     capacity_iterations: int = 7
+    capacity_doublings: int = 1   # a capacity that moved on 2n is searched again on 2n (checked on 4n), this often
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
@@ -178,11 +179,11 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
         return key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations)
 
     for name in SEARCHED + list(plan):  # the convergence check: seed 0 on twice the requests
-        if name not in reused_capacities(plan, 1, cfg):  # (the control, where it is PDD's best split)
+        if name not in reused_capacities(plan, 1):  # (the control, where it is PDD's best split)
             tasks.append(capacity_task(("convergence", name, 0), 2 * cfg.capacity_requests))
     for seed in range(cfg.seeds):
         for name in SEARCHED + list(plan):
-            if name not in reused_capacities(plan, seed, cfg):
+            if name not in reused_capacities(plan, seed):
                 tasks.append(capacity_task(("capacity", name, seed), cfg.capacity_requests))
     for seed in range(cfg.seeds):
         for name in regime.MEASURED:
@@ -214,7 +215,7 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
     return tasks
 
 
-def reused_capacities(plan: dict, seed: int, cfg: Settings) -> dict[str, str]:
+def reused_capacities(plan: dict, seed: int) -> dict[str, str]:
     """Capacities not searched again: on seed 0 the best splits' own (optimize measured them on the
     same trace, cfg.capacity_requests, at the same resolution), and the control's wherever it is
     PDD's best split. Measured name -> source."""
@@ -224,18 +225,46 @@ def reused_capacities(plan: dict, seed: int, cfg: Settings) -> dict[str, str]:
     return out
 
 
-def fill_reused(results: dict, best: dict, plan: dict, cfg: Settings) -> None:
-    """Put the reused capacities (reused_capacities) under their measured names."""
+def fill_reused(results: dict, best: dict, plan: dict, cfg: Settings, only_copies: bool = False) -> None:
+    """Put the reused capacities (reused_capacities) under their measured names; `only_copies`:
+    refresh the control's copy of PDD's best (after a doubling), not optimize's."""
     for seed in range(cfg.seeds):
-        for mname, src in reused_capacities(plan, seed, cfg).items():
-            if src == "optimize":
+        for mname, src in reused_capacities(plan, seed).items():
+            if src == "optimize" and not only_copies:
                 results[("capacity", mname, seed)] = {"capacity": best[bvb.MEASURED[mname]]["best"]}
     for seed in range(cfg.seeds):
-        for mname, src in reused_capacities(plan, seed, cfg).items():
+        for mname, src in reused_capacities(plan, seed).items():
             if src != "optimize":
                 results[("capacity", mname, seed)] = results[("capacity", src, seed)]
                 if seed == 0 and ("convergence", src, 0) in results:
                     results[("convergence", mname, 0)] = results[("convergence", src, 0)]
+
+
+def unconverged(results: dict, plan: dict) -> list[str]:
+    """The verdicts' deployments whose seed-0 capacity moved beyond CONVERGED_PCT on twice the
+    requests (the control is left out where it is a copy of PDD's best)."""
+    from pddbench.reproduce.claim_rows import convergence
+
+    names = [n for n in SEARCHED + list(plan) if n not in reused_capacities(plan, 1)]
+    return [n for n in names if ("convergence", n, 0) in results and not
+            convergence(n, results[("capacity", n, 0)]["capacity"], results[("convergence", n, 0)]["capacity"])["converged"]]
+
+
+def doubled_tasks(results: dict, cfg: Settings, plan: dict, names: list[str]) -> list[tuple[tuple, object]]:
+    """For each deployment in `names`, its capacities again on the trace its check used (2n: seed 0
+    takes the check's own result) and a new check on 4n. Every seed's capacity of a claim then
+    comes from the same trace length, and the check stays n vs 2n."""
+    tasks = []
+    for name in names:
+        checked = results[("convergence", name, 0)]["capacity"]
+        n2 = checked["requests"]
+        results[("capacity", name, 0)] = {"capacity": checked}
+        for key, n in [(("convergence", name, 0), 2 * n2)] + [(("capacity", name, s), n2) for s in range(1, cfg.seeds)]:
+            sets = [f"workload.synth.requests={n}"]
+            sc = (_variant(name, key[2], cfg, sets) if name in SEARCHED
+                  else _split_scenario(name, plan[name]["split"], key[2], cfg, sets))
+            tasks.append((key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations)))
+    return tasks
 
 
 def regime_line_capacities(cfg: Settings, results: dict) -> list[float | None]:
@@ -349,6 +378,14 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         console.print("  best splits: " + "; ".join(f"{n} {p['label']}" for n, p in plan.items()), highlight=False)
         results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
         fill_reused(results, best, plan, cfg)
+        for _ in range(cfg.capacity_doublings):
+            moved = unconverged(results, plan)
+            if not moved:
+                break
+            console.print(f"  not converged on {cfg.capacity_requests:,} requests: {', '.join(moved)}; searching again "
+                          f"on twice the requests", highlight=False)
+            results.update(run_tasks(out, cfg, doubled_tasks(results, cfg, plan, moved), ex, walls))
+            fill_reused(results, best, plan, cfg, only_copies=True)
         per_seed = lambda kind, n: [results[k]["capacity"] for k in sorted(k for k in results if k[:2] == (kind, n))]
         line_rps = regime_line_capacities(cfg, results)
         regime_load = regime.choose({n: per_seed("regime_capacity", n) for n in regime.MEASURED}, line_rps)
