@@ -186,6 +186,45 @@ def optimize_cmd(
                       f"(bound by {b['bound_by']}), BCR {b['bcr']}; {result['search']['candidates']} splits; wrote {folder}")
 
 
+@app.command("crossovers")
+def crossovers_cmd(
+    axes: str = typer.Option("all", "--axes", help="Comma-separated assumptions to search (default all): sla.tpot_ms, "
+                             "sla.ttft_ms, network.wan.rate_gbps, model.kv_bytes_per_token, chips.B.memory_bw_tbps, "
+                             "workload.hit_mix_pdd_share, workload.synth.output_median_tokens, "
+                             "chips.B.price_per_hour, offered_load_fraction."),
+    steps: int = typer.Option(4, "--steps", min=0, max=10, help="Bisection steps after a sign change between the "
+                              "range's ends (each halves the bracket)."),
+    requests: int = typer.Option(12_000, "--requests", min=50, max=limits.MAX_SYNTH_REQUESTS,
+                                 help="Requests per generated trace (12,000: where reproduce's capacities converge)."),
+    iterations: int = typer.Option(7, "--iterations", min=1, max=20, help="Bisection steps of each capacity search."),
+    jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes (0: all cores); results do not depend on it."),
+    ray: bool = typer.Option(False, "--ray", help="Run the capacity searches on Ray: $RAY_ADDRESS's cluster, else a "
+                             "local Ray runtime."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for crossovers.json/.png/.md (default: a new "
+                                       "results/crossovers/<run-id>/)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    max_searches: int = typer.Option(limits.MAX_CROSSOVER_SEARCHES, "--max-searches", min=1,
+                                     help="Refuse a search estimated to need more capacity searches than this."),
+) -> None:
+    """Where PDD's advantage over same-DC PD changes sign: along each assumption the article leaves
+    open (the others at their shipped values), bisect the throughput-within-SLA and BCR change
+    (best split against best split at every probe) and the mean TTFT change along the offered
+    load; chip B's price is solved exactly. Writes crossovers.json (each `{claim, axis, value,
+    range, direction, fixed}`, value null where the sign does not change), crossovers.png and
+    crossovers.md. Long: ~30 capacity searches per axis on 12,000 requests (see README)."""
+    from pddbench.reproduce.crossover_search import run_crossovers
+
+    result, folder = run_crossovers(axes, steps, requests, iterations, jobs or None, "" if ray else None, out, results,
+                                    max_searches, on_stage=lambda m: console.print(f"  {m}", highlight=False))
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for w in result["words"]:
+            console.print(f"- {w}", highlight=False, markup=False)
+        console.print(f"wrote {folder}")
+
+
 @app.command("sweep")
 def sweep_cmd(
     sweep_file: Path = typer.Argument(..., help="Sweep YAML: base scenario, axes, measure (see scenarios/sweeps/)."),

@@ -137,6 +137,32 @@ def test_light_reproduce_writes_the_ledger(light_run):
                                         for c in checks), checks
 
 
+def test_light_reproduce_states_its_crossovers(light_run):
+    """The light run's crossovers: chip B's price (solved exactly from the best splits' seed-0
+    capacities) and the offered load; the simulated axes are listed as not searched, with the
+    command that searches them in the answer."""
+    from pddbench.reproduce import crossovers as cx
+
+    out, _ = light_run
+    data = json.loads((out / "reproduce.json").read_text())
+    items = data["crossovers"]
+    assert {(i["claim"], i["axis"]) for i in items} >= {("bcr_change", cx.PRICE_AXIS),
+                                                          ("ttft_change_common", cx.LOAD_AXIS)}
+    assert set(data["crossover_search"]["not_searched"]) == set(cx.AXES)
+    best = {r["id"]: r for r in data["rows"]}
+    caps = data["best_vs_best"]["capacities"]
+    thr = [c[0]["throughput_within_sla_rps"] for c in (caps["best-pdd"], caps["best-same-dc-pd"])]
+    price = next(i for i in items if i["axis"] == cx.PRICE_AXIS and i["claim"] == "bcr_change")
+    if price["value"] is not None and all(thr):  # at that price PDD's BCR equals the baseline's
+        pdd, same = caps["best-pdd"][0], caps["best-same-dc-pd"][0]
+        chips_b = data["best_vs_best"]["measured"]["best-pdd"]["chips"]["B"]
+        cost = pdd["cost_per_hour"] + chips_b * (price["value"] - 2.52)
+        assert thr[0] / cost == pytest.approx(thr[1] / same["cost_per_hour"], rel=1e-6)
+    assert "best_vs_best" in data and "throughput_change_best" in best
+    assert any("changes sign" in line and "pddbench crossovers" in line for line in data["answer"])
+    assert (out / "crossovers" / "crossovers.png").stat().st_size > 0
+
+
 def test_a_row_on_unsteady_evidence_has_no_verdict():
     from pddbench.reproduce.claim_rows import row, unsteady, unsteady_reason
 

@@ -17,6 +17,7 @@ from pddbench.core.errors import UserError
 MAX_SWEEP_POINTS = 10_000        # points x repeats of one sweep file (`sweep --max-points`)
 MAX_REPEATS = 100                # `run --repeat` (`run --max-repeats`)
 MAX_OPTIMIZE_SPLITS = 500        # candidate splits of `optimize` (`optimize --max-splits`)
+MAX_CROSSOVER_SEARCHES = 2_000  # capacity searches of `crossovers`, estimated (`crossovers --max-searches`)
 MAX_OPTIMIZE_SIZES = 64          # distinct --sizes of `optimize` (chips per instance to try)
 MAX_SYNTH_REQUESTS = 1_000_000   # `trace synth --requests` (`trace synth --max-requests`)
 MAX_CAPACITY_ITERATIONS = 20     # k-section steps: 2**-20 of the bracket is below any useful resolution

@@ -86,9 +86,29 @@ def ranked_axes(df: pd.DataFrame, axes: list[str], metric: str) -> list[tuple[st
     return sorted(out, key=lambda t: -t[1])
 
 
+def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
+    """Where PDD's advantage changes sign (pddbench/reproduce/crossovers.py): each crossover found,
+    or that none was in the ranges searched, and which axes this run did not search."""
+    from pddbench.reproduce.crossovers import CLAIMS, axis_label
+
+    if not items:
+        return None
+    found = [f"{CLAIMS[i['claim']].split(' (')[0]} at {axis_label(i['axis'])} = {i['value']:.3g} ({i['direction']})"
+             for i in items if i["value"] is not None]
+    none = sorted({axis_label(i["axis"]) for i in items if i["value"] is None})
+    text = "- Where PDD's advantage changes sign (seed 0, best splits at every probe): "
+    text += ("; ".join(found) + (f"; no sign change along {', '.join(none)}" if none else "") if found else
+             f"nowhere in the ranges searched ({', '.join(none)})")
+    if not_searched:
+        text += f"; not searched in this run: {len(not_searched)} axes (`pddbench crossovers`)"
+    return text + "."
+
+
 def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int, requests: int, full: bool,
-                 map_requests: int, min_requests: int, checks: list[dict | None] | None = None) -> list[str]:
-    """The answer block; `checks`: the convergence checks of the capacities behind verdicts."""
+                 map_requests: int, min_requests: int, checks: list[dict | None] | None = None,
+                 crossovers: dict | None = None) -> list[str]:
+    """The answer block; `checks`: the convergence checks of the capacities behind verdicts;
+    `crossovers`: reproduce's crossover search (its items and the axes it did not search)."""
     by_id = {r.claim.id: r for r in rows}
     headline = []
     for ids in HEADLINE:
@@ -103,7 +123,15 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
         line = where_line(df, axes, metric, subject, good)
         if line:
             lines.append(line)
-    ranked = ranked_axes(df, axes, "throughput_change_pct")
+    if crossovers:
+        line = crossover_line(crossovers["crossovers"], crossovers.get("not_searched", []))
+        if line:
+            lines.append(line)
+    ranked = [(r["label"], r["spread_pct"]) for r in (crossovers or {}).get("axes_ranked", [])]
+    if ranked:
+        lines.append("- What moves the throughput gain most (its range along each crossover axis, best vs best): "
+                     + ", ".join(f"{a} {pp:.0f} points" for a, pp in ranked) + ".")
+    ranked = [] if ranked else ranked_axes(df, axes, "throughput_change_pct")
     if ranked:
         lines.append("- What moves the throughput gain most (spread of its mean across each axis's values): "
                      + ", ".join(f"{_axis_name(a)} {pp:.0f} points" for a, pp in ranked) + ".")

@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pddbench.reproduce import best_vs_best as bvb
+from pddbench.reproduce import crossover_search
 from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
 from pddbench.reproduce.claim_rows import change as _chg
@@ -360,6 +361,8 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
     traces = analyse_traces(out, cfg)
     sim = simulate_all(out, cfg)
+    crossing = crossover_search.for_reproduce(cfg, sim.best, lambda m: console.print(f"  crossovers: {m}", highlight=False))
+    write_json(out / "crossovers" / "crossovers.json", crossing)
     results, plan, regime_load, loads = sim.results, sim.plan, sim.regime_load, sim.loads
     s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in [*VARIANTS, *plan]}
     cap = {n: [results[("capacity", n, k)]["capacity"] for k in range(cfg.seeds)] for n in [*SEARCHED, *plan]}
@@ -383,15 +386,17 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     words = {"throughput_change_pct": describe_map(sens, axes, "throughput_change_pct", "PDD's throughput-within-SLA gain"),
              "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative")}
     write_json(out / "map" / "map.json", {"axes": grid, "points": sens.to_dict(orient="records"), "words": words})
-    figures = _figures(out, rows, folders, op, tub, common, loads, plan, sens, axes, cfg)
+    figures = _figures(out, rows, folders, op, tub, common, loads, plan, sens, axes, cfg, crossing)
     wall = round(time.perf_counter() - cfg.started, 1)
     map_words = "\n\n".join(words.values())
     comparison = comparison_words(sim, common)
-    full_context = (f"{context}\n\n{comparison}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): "
+    full_context = (f"{context}\n\n{comparison}\n\nCrossovers: {' '.join(crossing['words'])}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): "
                     f"{map_words}")
     answer = answer_lines(rows, sens, axes, cfg.seeds, cfg.requests, cfg.full, cfg.map_requests, MIN_REQUESTS,
-                          list(conv.values()))
-    write_json(out / "reproduce.json", {"answer": answer, "convergence": {
+                          list(conv.values()), crossing)
+    write_json(out / "reproduce.json", {"answer": answer, "crossovers": crossing["crossovers"],
+                                        "crossover_search": {k: v for k, v in crossing.items() if k != "crossovers"},
+                                        "convergence": {
         "bound_pct": CONVERGED_PCT, "by_claim": {cid: [conv.get(n) for n in names] for cid, names in CONVERGENCE_CLAIMS.items()}},
         "context": context, "operating_point": op, "settings": {
         "requests": cfg.requests, "seeds": cfg.seeds, "full": cfg.full, "map_points": len(sens),
@@ -432,7 +437,7 @@ def _comparisons(folders: dict, plan: dict, out: Path) -> None:
 
 
 def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict, plan: dict, sens, axes: list,
-             cfg) -> list:
+             cfg, crossing: dict) -> list:
     """Every figure of the report, as (title, path); each title says scenario, load and SLA."""
     from pddbench.reproduce import figures as rf
     from pddbench.reproduce.common_load_figure import common_load_figure
@@ -459,6 +464,11 @@ def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict,
             common, labels, f"Common loads, generated agentic trace ({cfg.requests:,} requests, seeds 0..{cfg.seeds - 1}): "
             f"same-DC PD vs PDD at their best splits, {lo:g}..{hi:g} req/s (0.1..0.9 x the smaller capacity)",
             op["sla"], out / "figures" / "common_load.png")))
+    from pddbench.reproduce.crossover_figure import crossover_figure
+
+    figures.append(("Crossovers: where PDD's advantage over same-DC PD changes sign", crossover_figure(
+        crossing, f"PDD vs same-DC PD along each searched assumption ({crossing['settings']['requests']:,}-request "
+        f"trace, seed 0, best splits at every probe), {sla_text}", out / "crossovers" / "crossovers.png")))
     for metric, title in (("throughput_change_pct", "throughput-within-SLA change"), ("ttft_change_pct", "mean TTFT change")):
         figures.append((f"Sensitivity map: PDD vs same-DC {title}",
                         map_heatmaps(sens, axes, metric, f"PDD vs same-DC PD: {title} (%), "

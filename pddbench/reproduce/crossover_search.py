@@ -1,0 +1,279 @@
+"""The simulations behind the crossovers (pddbench/reproduce/crossovers.py): each deployment's
+best split at an axis value by climbing (capacity is unimodal in the prefill:decode ratio), the
+throughput/BCR bisection per axis, the analytic price crossover and the TTFT load crossover. Every
+capacity search is memoised by (deployment, overrides, split), so a probe shared by two claims or
+two bisections is simulated once."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from pddbench.measure.capacity import rate_scale_for
+from pddbench.reproduce import best_vs_best as bvb
+from pddbench.reproduce import crossovers as cx
+from pddbench.reproduce.claim_rows import change
+from pddbench.reproduce.tasks import Settings, _payload, _variant
+from pddbench.sweep.executors import Executor, results_in_order
+from pddbench.sweep.optimize import candidate_splits, chips_used, label, measure, with_split
+
+Job = tuple[str, tuple[str, ...]]  # (deployment, axis overrides)
+
+
+class Climber:
+    """Best splits by climbing, on one executor, with every capacity kept."""
+
+    def __init__(self, ex: Executor, cfg: Settings, requests: int, iterations: int,
+                 on_stage: Callable[[str], None] | None = None):
+        self.ex, self.cfg, self.requests, self.iterations = ex, cfg, requests, iterations
+        self.on_stage = on_stage or (lambda _m: None)
+        self.caps: dict[tuple[Job, int], dict] = {}
+        self._scenarios: dict[Job, object] = {}
+        self._offered: dict[str, float] = {}
+        self.searches = 0
+
+    def scenario(self, job: Job):
+        if job not in self._scenarios:
+            dep, extra = job
+            self._scenarios[job] = _variant(dep, 0, self.cfg, [f"workload.synth.requests={self.requests}", *extra])
+        return self._scenarios[job]
+
+    def candidates(self, dep: str) -> list[dict]:
+        return candidate_splits(self.scenario((dep, ())), bvb.BUDGETS[dep], [cx.SIZE])
+
+    def best(self, start: dict[Job, int]) -> dict[Job, tuple[int, dict]]:
+        """Each job's best split index and capacity: from its `start` index, evaluate it and its
+        neighbours, move to the better neighbour until both neighbours are lower (all jobs' climbs
+        at once, so the executor's workers share them)."""
+        jobs = list(start)
+        cands = {dep: self.candidates(dep) for dep in {j[0] for j in jobs}}
+        todo = {j: {i for i in (start[j] - 1, start[j], start[j] + 1) if 0 <= i < len(cands[j[0]])} for j in jobs}
+        while any(todo.values()):
+            batch = [(j, i) for j, idx in todo.items() for i in sorted(idx) if (j, i) not in self.caps]
+            if batch:
+                self.on_stage(f"{len(batch)} capacity searches ({self.requests:,} requests each)")
+                scen = [with_split(self.scenario(j), cands[j[0]][i]) for j, i in batch]
+                for key, cap in zip(batch, measure(scen, self.ex, self.iterations)):
+                    self.caps[key] = cap
+                self.searches += len(batch)
+            for j in jobs:
+                b = self._argbest(j, len(cands[j[0]]))
+                todo[j] = {i for i in (b - 1, b + 1) if 0 <= i < len(cands[j[0]]) and (j, i) not in self.caps}
+        return {j: (b, self.caps[(j, b)]) for j in jobs for b in [self._argbest(j, len(cands[j[0]]))]}
+
+    def prefill(self, optimized: dict) -> None:
+        """Keep the capacities `optimize` measured on the shipped values (its result for one
+        deployment, on this climber's trace and resolution) so the climb does not repeat them."""
+        dep = next(d for d, b in bvb.BUDGETS.items() if b == optimized["budget"])
+        index = {label(c): i for i, c in enumerate(self.candidates(dep))}
+        for row in optimized["candidates"]:
+            if row.get("full") and row["label"] in index:
+                self.caps[((dep, ()), index[row["label"]])] = row["full"]
+
+    def offered_rps(self, dep: str) -> float:
+        """The shipped trace's offered rate at rate scale 1 (summary.offered_rps's definition)."""
+        from pddbench.workload.source import workload_requests
+
+        if dep not in self._offered:
+            ts = [r.timestamp_ms for r in workload_requests(self.scenario((dep, ())))]
+            self._offered[dep] = (len(ts) - 1) / ((max(ts) - min(ts)) / 1000)
+        return self._offered[dep]
+
+    def _argbest(self, job: Job, n: int) -> int:
+        got = [i for i in range(n) if (job, i) in self.caps]
+        return max(got, key=lambda i: (self.caps[(job, i)]["throughput_within_sla_rps"], -i))
+
+
+def _advantage(claim: str, pdd: dict, same: dict) -> float | None:
+    """PDD's advantage in the article's direction, in %."""
+    if claim == "throughput_change_best":
+        return change(pdd["throughput_within_sla_rps"], same["throughput_within_sla_rps"])
+    if not pdd["throughput_within_sla_rps"] or not same["throughput_within_sla_rps"]:
+        return None
+    return change(pdd["bcr"], same["bcr"])
+
+
+def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict[str, int],
+                 found: dict[float, dict], say: Callable[[str], None]) -> dict:
+    """The bisection of `claim` along `axis`, every probe best split against best split; `found`
+    (axis value -> best split index per deployment) is shared by the claims of one axis."""
+    def advantage(values: list[float]) -> list[float | None]:
+        jobs = {v: {d: (d, () if d == "same-dc-pd" and axis.pdd_only else tuple(axis.overrides(v)))
+                    for d in cx.DEPLOYMENTS} for v in values}
+        distance = lambda u, v: abs(math.log(u / v)) if axis.log and u > 0 < v else abs(u - v)
+        starts = {}
+        for v in values:  # each climb starts from the nearest earlier probe's best
+            u = min(found, key=lambda u: distance(u, v), default=None)
+            starts.update({jobs[v][d]: (found[u] if u is not None else start)[d] for d in cx.DEPLOYMENTS})
+        res = cl.best(starts)
+        out = []
+        for v in values:
+            best = {d: res[jobs[v][d]] for d in cx.DEPLOYMENTS}
+            found[v] = {d: best[d][0] for d in cx.DEPLOYMENTS}
+            out.append(_advantage(claim, best["pdd"][1], best["same-dc-pd"][1]))
+            split = lambda d: f"{label(cl.candidates(d)[best[d][0]])} {best[d][1]['throughput_within_sla_rps']:.3g} req/s"
+            say(f"{axis.name} = {v:.4g}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
+                + ("not measurable" if out[-1] is None else f"{out[-1]:+.1f} %"))
+        return out
+
+    return cx.bisect(advantage, axis.lo, axis.hi, steps, axis.log)
+
+
+def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, requests: int, iterations: int,
+               on_stage: Callable[[str], None] | None = None, optimized: dict[str, dict] | None = None,
+               on_axis: Callable[[dict], None] | None = None) -> dict:
+    """Every crossover of `axes` (names of cx.AXES, plus cx.PRICE_AXIS and cx.LOAD_AXIS) for the
+    claims that move along them; returns crossovers.json's content. `optimized`: optimize's
+    results at the shipped values on the same trace (reproduce's), reused and climbed from;
+    `on_axis` gets the result so far after each axis (what an interrupted run keeps)."""
+    say = on_stage or (lambda _m: None)
+    cl = Climber(ex, cfg, requests, iterations, on_stage)
+    index = {d: {label(c): i for i, c in enumerate(cl.candidates(d))} for d in cx.DEPLOYMENTS}
+    start = {d: len(index[d]) // 2 for d in cx.DEPLOYMENTS}
+    for opt in (optimized or {}).values():
+        cl.prefill(opt)
+    for d, opt in (optimized or {}).items():
+        start[d] = index[d].get(opt["best"]["label"], start[d])
+    say("best splits at the shipped values")
+    shipped = cl.best({(d, ()): start[d] for d in cx.DEPLOYMENTS})
+    best_at = {d: shipped[(d, ())] for d in cx.DEPLOYMENTS}
+    start = {d: best_at[d][0] for d in cx.DEPLOYMENTS}
+    caps = {d: best_at[d][1] for d in cx.DEPLOYMENTS}
+    fixed = "every other assumption at its shipped value (scenarios/paper/*.yaml), seed 0, " \
+            f"best splits of {cx.SIZE}-chip instances at every probe, {requests:,}-request steady traces"
+    items, spreads = [], {}
+    for name in axes:
+        if name in cx.AXES:
+            axis = cx.AXES[name]
+            found: dict = {}
+            for claim in ("throughput_change_best", "bcr_change"):
+                say(f"{claim} along {name} ({axis.lo:g} .. {axis.hi:g})")
+                res = _axis_search(cl, axis, claim, steps, start, found, say)
+                items.append(cx.entry(claim, name, res, (axis.lo, axis.hi), fixed,
+                                      f"bisection, {steps} steps{' on a log scale' if axis.log else ''}"))
+                if claim == "throughput_change_best":
+                    adv = [a for _, a in res["probes"] if a is not None]
+                    spreads[name] = max(adv) - min(adv) if adv else 0.0
+        elif name == cx.PRICE_AXIS:
+            sc = cl.scenario(("pdd", ()))
+            now = sc.chips["B"].price_per_hour
+            rng = (0.0, 4 * now)
+            chips_b = chips_used(sc, cl.candidates("pdd")[start["pdd"]]).get("B", 0)
+            res = cx.price_crossover(caps["pdd"], caps["same-dc-pd"], chips_b, now, rng)
+            items.append(cx.entry("bcr_change", name, res, rng, fixed, "solved exactly: capacities do not depend on "
+                                  "the price, PDD's cost per hour is linear in it"))
+            thr = _advantage("throughput_change_best", caps["pdd"], caps["same-dc-pd"])
+            items.append(cx.entry("throughput_change_best", name, {
+                "value": None, "direction": "PDD wins across the whole range" if (thr or 0) > 0 else
+                "PDD loses across the whole range", "probes": [(p, thr) for p in rng]}, rng, fixed,
+                "the price changes no capacity"))
+        elif name == cx.LOAD_AXIS:
+            items.append(_load_crossover(cl, best_at, steps, fixed))
+        if on_axis:
+            on_axis(_result(cl, items, spreads, best_at, requests, iterations, steps))
+    return _result(cl, items, spreads, best_at, requests, iterations, steps)
+
+
+def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: dict, requests: int,
+            iterations: int, steps: int) -> dict:
+    caps = {d: best_at[d][1] for d in cx.DEPLOYMENTS}
+    ranked = sorted(({"axis": a, "label": cx.AXES[a].label, "spread_pct": round(s, 2)} for a, s in spreads.items()),
+                    key=lambda r: -r["spread_pct"])
+    return {"crossovers": list(items), "axes_ranked": ranked,
+            "shipped": {d: {"split": label(cl.candidates(d)[best_at[d][0]]),
+                            "throughput_within_sla_rps": caps[d]["throughput_within_sla_rps"],
+                            "bcr": caps[d]["bcr"], "bound_by": caps[d]["bound_by"]} for d in cx.DEPLOYMENTS},
+            "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
+                         "chips_per_instance": cx.SIZE, "capacity_searches": cl.searches}}
+
+
+def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
+    """Where PDD's mean TTFT goes below same-DC PD's as the common load rises (both best splits
+    of the shipped values, loads as fractions of the smaller capacity)."""
+    caps = {d: best_at[d][1] for d in cx.DEPLOYMENTS}
+    smaller = min(c["throughput_within_sla_rps"] for c in caps.values())
+    if not smaller:
+        found = {"value": None, "bracket": None, "direction": "not measurable (a capacity was 0)", "probes": []}
+        return cx.entry("ttft_change_common", cx.LOAD_AXIS, found, cx.LOAD_RANGE, fixed, "")
+
+    def advantage(fractions: list[float]) -> list[float | None]:
+        payloads = []
+        for f in fractions:
+            for d in cx.DEPLOYMENTS:
+                sc = with_split(cl.scenario((d, ())), cl.candidates(d)[best_at[d][0]])
+                sc.workload.rate_scale = rate_scale_for(f * smaller, cl.offered_rps(d))
+                payloads.append(_payload(sc, "simulate", cl.cfg))
+        s = results_in_order(cl.ex, payloads, "summary", lambda i: f"TTFT at load fraction {fractions[i // 2]:g}")
+        out = []
+        for i in range(len(fractions)):
+            same, pdd = s[2 * i], s[2 * i + 1]
+            ch = change(pdd["ttft_ms"]["mean"], same["ttft_ms"]["mean"])
+            out.append(None if ch is None else -ch)  # positive: PDD's TTFT lower, the article's way
+        return out
+
+    found = cx.bisect(advantage, *cx.LOAD_RANGE, steps, False)
+    return cx.entry("ttft_change_common", cx.LOAD_AXIS, found, cx.LOAD_RANGE,
+                    fixed.replace("best splits", "the shipped values' best splits") + f"; loads as fractions of the "
+                    f"smaller capacity, {smaller:.3g} req/s", f"bisection, {steps} steps")
+
+
+def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, jobs: int | None, ray: str | None,
+                   out, results, max_searches: int, on_stage: Callable[[str], None] | None = None):
+    """`pddbench crossovers`: sizes checked and estimated first, then the search into `out` or a
+    new RESULTS/crossovers/<run-id>/: crossovers.json, crossovers.png, crossovers.md."""
+    from pddbench.core.io import check_out_options, run_folder, write_json, write_text
+    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
+    from pddbench.core.provenance import provenance
+    from pddbench.reproduce.crossover_figure import crossover_figure
+    from pddbench.sweep.executors import check_ray_option, make_executor
+
+    check_out_options(out, results)
+    axes = cx.parse_axes(axes_text)
+    per_search = capacity_probes(iterations) * requests * SIM_S_PER_REQUEST
+    n = cx.estimated_searches(axes, steps)
+    check_size(f"--axes {','.join(axes)} with --steps {steps} needs about", n, max_searches, per_search,
+               "give --max-searches N (or fewer --axes, fewer --steps)",
+               f"a capacity search of ~{capacity_probes(iterations)} probes on {requests:,} requests",
+               unit=" capacity searches")
+    check_ray_option(ray)
+    say = on_stage or (lambda _m: None)
+    say(f"about {n} capacity searches: {duration(n * per_search)} of simulation on one core")
+    cfg = Settings.make(requests=requests, seeds=1)
+    with run_folder(out, results, "crossovers") as folder:
+        partial: dict = {}
+
+        def keep(res: dict) -> None:  # each finished axis, so that Ctrl-C keeps what was measured
+            partial.update(res, complete=False, interrupted=True)
+            write_json(folder.path / "crossovers.json", partial)
+            folder.interrupted(f"crossovers.json ({len({i['axis'] for i in res['crossovers']})} axes searched)")
+
+        with make_executor(jobs, ray) as ex:
+            result = search_all(ex, cfg, axes, steps, requests, iterations, on_stage=say, on_axis=keep)
+        result.update(complete=True, interrupted=False)
+        result["words"] = cx.words(result["crossovers"])
+        result["provenance"] = provenance()
+        write_json(folder.path / "crossovers.json", result)
+        crossover_figure(result, f"Where PDD's advantage over same-DC PD changes sign ({requests:,} requests, seed 0, "
+                         "best splits at every probe)", folder.path / "crossovers.png")
+        write_text(folder.path / "crossovers.md", "# Crossovers\n\n" + "\n".join(f"- {w}" for w in result["words"])
+                   + "\n\n![crossovers](crossovers.png)\n")
+    return result, folder.path
+
+
+REPRODUCE_STEPS = 3  # reproduce --full's bisection steps per axis (1/8 of each range; `crossovers --steps` for more)
+
+
+def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[[str], None] | None = None) -> dict:
+    """reproduce's crossovers on its own steady trace, climbing from the splits optimize ranked:
+    the light run searches what costs no capacity search (chip B's price, solved exactly) and the
+    offered load (runs only); --full every axis."""
+    from pddbench.sweep.executors import make_executor
+
+    every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS]
+    axes = every if cfg.full else [cx.PRICE_AXIS, cx.LOAD_AXIS]
+    with make_executor(cfg.jobs, cfg.ray) as ex:
+        res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,
+                         optimized)
+    res["not_searched"] = [a for a in every if a not in axes]
+    res["words"] = cx.words(res["crossovers"])
+    return res

@@ -1,0 +1,156 @@
+"""Crossovers (issue 27.4): the bisection finds where a sign changes, the price crossover is exact,
+every axis's overrides make a valid scenario that changes what it names, the climb stops at a
+split no neighbour beats, and `pddbench crossovers` on the real simulator writes entries whose
+probes agree with the value it reports."""
+
+import json
+import math
+
+import pytest
+
+from pddbench.reproduce import crossovers as cx
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize("root", [3.0, 17.5, 99.0])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("rising", [True, False])
+def test_bisection_brackets_the_sign_change(root, log, rising):
+    calls = []
+
+    def adv(xs):
+        calls.append(list(xs))
+        return [(x - root) if rising else (root - x) for x in xs]
+
+    found = cx.bisect(adv, 1.0, 100.0, 6, log)
+    a, b = found["bracket"]
+    assert a <= root <= b
+    width = (math.log(b / a) / math.log(100.0)) if log else (b - a) / 99.0
+    assert width == pytest.approx(2 ** -6)
+    assert found["direction"] == ("PDD wins above it" if rising else "PDD wins below it")
+    assert sum(len(c) for c in calls) == 2 + 6
+
+
+def test_bisection_without_a_sign_change_says_which_side():
+    won = cx.bisect(lambda xs: [5.0 for _ in xs], 1, 10, 4, False)
+    lost = cx.bisect(lambda xs: [-1.0 for _ in xs], 1, 10, 4, True)
+    gone = cx.bisect(lambda xs: [None for _ in xs], 1, 10, 4, True)
+    assert won["value"] is None and "wins across" in won["direction"] and len(won["probes"]) == 2
+    assert lost["value"] is None and "loses across" in lost["direction"]
+    assert gone["value"] is None and "not measurable" in gone["direction"]
+
+
+def _bcr_change(pdd, same, chips_b, now, price):
+    cost = pdd["cost_per_hour"] + chips_b * (price - now)
+    return (pdd["throughput_within_sla_rps"] / cost) / (same["throughput_within_sla_rps"] / same["cost_per_hour"]) - 1
+
+
+@pytest.mark.parametrize("thr_pdd", [9.0, 14.0, 30.0])
+def test_price_crossover_is_where_bcr_is_equal(thr_pdd):
+    pdd = {"throughput_within_sla_rps": thr_pdd, "cost_per_hour": 160.64}
+    same = {"throughput_within_sla_rps": 18.0, "cost_per_hour": 176.0}
+    found = cx.price_crossover(pdd, same, 32, 2.52, (0.0, 10.08))
+    if found["value"] is None:  # then the sign is the same at both ends of the range
+        ends = [_bcr_change(pdd, same, 32, 2.52, p) for p in (0.0, 10.08)]
+        assert (ends[0] > 0) == (ends[1] > 0)
+    else:
+        assert 0 <= found["value"] <= 10.08
+        assert _bcr_change(pdd, same, 32, 2.52, found["value"]) == pytest.approx(0, abs=1e-9)
+        assert _bcr_change(pdd, same, 32, 2.52, found["value"] * 0.9) > 0  # cheaper chip B: PDD wins
+
+
+@pytest.mark.parametrize("name", list(cx.AXES))
+def test_every_axis_override_makes_a_valid_scenario_that_changes_its_value(name):
+    from pddbench.schema.scenario import load_scenario
+
+    axis = cx.AXES[name]
+    assert axis.lo <= axis.shipped <= axis.hi
+    lo, hi = (load_scenario("paper/pdd", axis.overrides(v)) for v in (axis.lo, axis.hi))
+    shipped = load_scenario("paper/pdd", axis.overrides(axis.shipped))
+    base = load_scenario("paper/pdd")
+    dump = lambda sc: json.dumps(sc.model_dump(mode="json"), sort_keys=True)
+    assert dump(lo) != dump(hi)
+    if name not in ("network.wan.rate_gbps", "workload.hit_mix_pdd_share"):
+        assert dump(shipped) == dump(base)  # the shipped value is the shipped scenario
+    if name == "network.wan.rate_gbps":
+        assert shipped.network.wan_profile().rate_gbps == base.network.wan_profile().rate_gbps
+        assert shipped.network.wan_profile().delay_ms == base.network.wan_profile().delay_ms
+
+
+def test_unknown_axis_and_sizes_are_refused_before_any_work(tmp_path):
+    bad = run_cli("crossovers", "--axes", "sla.tpot_ms,nope", "--out", tmp_path / "a")
+    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+    big = run_cli("crossovers", "--max-searches", "5", "--out", tmp_path / "b")
+    assert big.returncode == 2 and "capacity searches" in big.stderr and "--max-searches" in big.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_climb_stops_where_no_neighbour_is_better():
+    from pddbench.reproduce.crossover_search import Climber
+    from pddbench.reproduce.tasks import Settings
+    from pddbench.sweep.executors import make_executor
+
+    cfg = Settings.make(requests=120, seeds=1)
+    with make_executor(1) as ex:
+        cl = Climber(ex, cfg, 120, 2)
+        job = ("same-dc-pd", ())
+        (index, cap), = cl.best({job: 0}).values()
+        n = len(cl.candidates("same-dc-pd"))
+    for j in (index - 1, index + 1):
+        if 0 <= j < n:
+            assert cl.caps[(job, j)]["throughput_within_sla_rps"] <= cap["throughput_within_sla_rps"]
+    assert cap is cl.caps[(job, index)]
+
+
+def test_crossovers_command_on_the_simulator(tmp_path):
+    out = tmp_path / "cx"
+    res = run_cli("crossovers", "--axes", "sla.tpot_ms,chips.B.price_per_hour,offered_load_fraction", "--steps", "2",
+                  "--requests", "150", "--iterations", "2", "-j", "1", "--out", out, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads((out / "crossovers.json").read_text())
+    assert (out / "crossovers.png").stat().st_size > 0 and (out / "crossovers.md").is_file()
+    seen = {(i["claim"], i["axis"]) for i in data["crossovers"]}
+    assert seen == {("throughput_change_best", "sla.tpot_ms"), ("bcr_change", "sla.tpot_ms"),
+                    ("bcr_change", "chips.B.price_per_hour"), ("throughput_change_best", "chips.B.price_per_hour"),
+                    ("ttft_change_common", "offered_load_fraction")}
+    for it in data["crossovers"]:
+        assert {"claim", "axis", "value", "range", "direction", "fixed"} <= set(it)
+        pts = sorted((p["value"], p["advantage_pct"]) for p in it["probes"] if p["advantage_pct"] is not None)
+        if it["value"] is None:
+            signs = {a > 0 for _, a in pts}
+            assert len(signs) <= 1, it  # no sign change reported: none among the probes either
+        else:
+            lo, hi = it["range"]
+            assert lo <= it["value"] <= hi
+            below = [a for v, a in pts if v < it["value"]]
+            above = [a for v, a in pts if v > it["value"]]
+            assert below and above and (below[-1] > 0) != (above[0] > 0), it
+    assert len(data["words"]) == len(data["crossovers"])
+
+
+def test_ctrl_c_keeps_the_axes_already_searched(tmp_path):
+    """Ctrl-C after the first axis: exit 130, one line, crossovers.json kept and marked interrupted
+    with that axis's entries, the folder released."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "cx"
+    proc = subprocess.Popen([sys.executable, "-m", "pddbench", "crossovers", "--axes",
+                             "chips.B.price_per_hour,sla.tpot_ms", "--steps", "10", "--requests", "3000",
+                             "--iterations", "3", "-j", "1", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not (out / "crossovers.json").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert "Traceback" not in err
+    assert proc.returncode == 130, err[-2000:]
+    kept = json.loads((out / "crossovers.json").read_text())
+    assert kept["interrupted"] is True and kept["complete"] is False
+    assert {i["axis"] for i in kept["crossovers"]} == {"chips.B.price_per_hour"}
+    assert not (out / ".claim").exists() and "kept" in err.strip().splitlines()[-1]
