@@ -206,6 +206,10 @@ def crossovers_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     max_searches: int = typer.Option(limits.MAX_CROSSOVER_SEARCHES, "--max-searches", min=1,
                                      help="Refuse a search estimated to need more capacity searches than this."),
+    frontier: Optional[str] = typer.Option(None, "--frontier", help="X,Y: two simulated axes; for --frontier-points "
+                                           "values of Y, bisect the throughput crossover along X (frontier.png)."),
+    frontier_points: int = typer.Option(3, "--frontier-points", min=1, max=20, help="Values of the frontier's Y axis "
+                                        "(its ends and evenly between, geometric on a log axis)."),
 ) -> None:
     """Where PDD's advantage over same-DC PD changes sign: along each assumption the article leaves
     open (the others at their shipped values), bisect the throughput-within-SLA and BCR change
@@ -216,7 +220,8 @@ def crossovers_cmd(
     from pddbench.reproduce.crossover_search import run_crossovers
 
     result, folder = run_crossovers(axes, steps, requests, iterations, jobs or None, "" if ray else None, out, results,
-                                    max_searches, on_stage=lambda m: console.print(f"  {m}", highlight=False))
+                                    max_searches, on_stage=lambda m: console.print(f"  {m}", highlight=False),
+                                    frontier_text=frontier, frontier_points=frontier_points)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:

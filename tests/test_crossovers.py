@@ -154,3 +154,34 @@ def test_ctrl_c_keeps_the_axes_already_searched(tmp_path):
     assert kept["interrupted"] is True and kept["complete"] is False
     assert {i["axis"] for i in kept["crossovers"]} == {"chips.B.price_per_hour"}
     assert not (out / ".claim").exists() and "kept" in err.strip().splitlines()[-1]
+
+
+def test_frontier_on_the_simulator(tmp_path):
+    """--frontier X,Y: one row per Y value, each a crossover along X whose probes agree with it."""
+    out = tmp_path / "fr"
+    res = run_cli("crossovers", "--axes", "chips.B.price_per_hour", "--frontier",
+                  "sla.tpot_ms,network.wan.rate_gbps", "--frontier-points", "2", "--steps", "1", "--requests", "120",
+                  "--iterations", "2", "-j", "1", "--out", out, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads((out / "crossovers.json").read_text())
+    front = data["frontier"]
+    assert (front["x"], front["y"]) == ("sla.tpot_ms", "network.wan.rate_gbps")
+    assert [r["y"] for r in front["rows"]] == pytest.approx([1.0, 400.0])
+    for row in front["rows"]:
+        signs = {p["advantage_pct"] > 0 for p in row["probes"] if p["advantage_pct"] is not None}
+        assert (row["value"] is None) == (len(signs) <= 1)
+    assert (out / "frontier.png").stat().st_size > 0 and "Frontier" in data["words"][-1]
+    bad = run_cli("crossovers", "--frontier", "sla.tpot_ms,sla.tpot_ms", "--out", tmp_path / "bad")
+    assert bad.returncode == 2 and "--frontier" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("name", list(cx.AXES))
+@pytest.mark.parametrize("points", [1, 2, 5])
+def test_frontier_values_span_the_axis(name, points):
+    vals = cx.frontier_values(name, points)
+    a = cx.AXES[name]
+    assert len(vals) == points and vals == sorted(vals)
+    if points == 1:
+        assert vals == [a.shipped]
+    else:
+        assert vals[0] == pytest.approx(a.lo) and vals[-1] == pytest.approx(a.hi)

@@ -39,3 +39,32 @@ def crossover_figure(result: dict, title: str, path: Path) -> Path:
     fig.tight_layout()
     save_figure(fig, path)
     return path
+
+
+def frontier_figure(front: dict, title: str, path: Path) -> Path:
+    """The 2-D frontier: every probe of each row (blue: PDD wins, red: loses) and the crossover
+    line through the rows that change sign."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    ax_x, ax_y = cx.AXES[front["x"]], cx.AXES[front["y"]]
+    for row in front["rows"]:
+        for p in row["probes"]:
+            if p["advantage_pct"] is not None:
+                ax.scatter(p["value"], row["y"], color="tab:blue" if p["advantage_pct"] > 0 else "tab:red", s=28)
+    line = [(r["value"], r["y"]) for r in front["rows"] if r["value"] is not None]
+    if line:
+        ax.plot(*zip(*line), color="black", marker="x", label="crossover (PDD's throughput gain = 0)")
+    ax.scatter([], [], color="tab:blue", label="PDD wins")
+    ax.scatter([], [], color="tab:red", label="PDD loses")
+    ax.axvline(ax_x.shipped, color="grey", ls=":", lw=1)
+    ax.axhline(ax_y.shipped, color="grey", ls=":", lw=1, label="shipped values")
+    if ax_x.log:
+        ax.set_xscale("log")
+    if ax_y.log:
+        ax.set_yscale("log")
+    ax.set_xlabel(ax_x.label)
+    ax.set_ylabel(ax_y.label)
+    ax.legend(fontsize="x-small")
+    ax.set_title(title, fontsize="small")
+    save_figure(fig, path)
+    return path

@@ -94,12 +94,16 @@ def _advantage(claim: str, pdd: dict, same: dict) -> float | None:
 
 
 def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict[str, int],
-                 found: dict[float, dict], say: Callable[[str], None]) -> dict:
+                 found: dict[float, dict], say: Callable[[str], None], at: tuple[cx.Axis, float] | None = None) -> dict:
     """The bisection of `claim` along `axis`, every probe best split against best split; `found`
-    (axis value -> best split index per deployment) is shared by the claims of one axis."""
+    (axis value -> best split index per deployment) is shared by the claims of one axis; `at`:
+    another axis held at a value (a frontier's row)."""
+    def sets(d: str, a: cx.Axis, v: float) -> list[str]:
+        return [] if d == "same-dc-pd" and a.pdd_only else a.overrides(v)
+
     def advantage(values: list[float]) -> list[float | None]:
-        jobs = {v: {d: (d, () if d == "same-dc-pd" and axis.pdd_only else tuple(axis.overrides(v)))
-                    for d in cx.DEPLOYMENTS} for v in values}
+        jobs = {v: {d: (d, tuple((sets(d, *at) if at else []) + sets(d, axis, v))) for d in cx.DEPLOYMENTS}
+                for v in values}
         distance = lambda u, v: abs(math.log(u / v)) if axis.log and u > 0 < v else abs(u - v)
         starts = {}
         for v in values:  # each climb starts from the nearest earlier probe's best
@@ -112,7 +116,7 @@ def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict
             found[v] = {d: best[d][0] for d in cx.DEPLOYMENTS}
             out.append(_advantage(claim, best["pdd"][1], best["same-dc-pd"][1]))
             split = lambda d: f"{label(cl.candidates(d)[best[d][0]])} {best[d][1]['throughput_within_sla_rps']:.3g} req/s"
-            say(f"{axis.name} = {v:.4g}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
+            say(f"{axis.name} = {v:.4g}{f', {at[0].name} = {at[1]:.4g}' if at else ''}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
                 + ("not measurable" if out[-1] is None else f"{out[-1]:+.1f} %"))
         return out
 
@@ -218,19 +222,22 @@ def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
 
 
 def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, jobs: int | None, ray: str | None,
-                   out, results, max_searches: int, on_stage: Callable[[str], None] | None = None):
+                   out, results, max_searches: int, on_stage: Callable[[str], None] | None = None,
+                   frontier_text: str | None = None, frontier_points: int = 3):
     """`pddbench crossovers`: sizes checked and estimated first, then the search into `out` or a
-    new RESULTS/crossovers/<run-id>/: crossovers.json, crossovers.png, crossovers.md."""
+    new RESULTS/crossovers/<run-id>/: crossovers.json, crossovers.png, crossovers.md, and with
+    `frontier_text` ("X,Y") the 2-D frontier (frontier.png)."""
     from pddbench.core.io import check_out_options, run_folder, write_json, write_text
     from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
     from pddbench.core.provenance import provenance
-    from pddbench.reproduce.crossover_figure import crossover_figure
+    from pddbench.reproduce.crossover_figure import crossover_figure, frontier_figure
     from pddbench.sweep.executors import check_ray_option, make_executor
 
     check_out_options(out, results)
     axes = cx.parse_axes(axes_text)
+    front_axes = cx.parse_frontier(frontier_text) if frontier_text else None
     per_search = capacity_probes(iterations) * requests * SIM_S_PER_REQUEST
-    n = cx.estimated_searches(axes, steps)
+    n = cx.estimated_searches(axes, steps, front_axes, frontier_points)
     check_size(f"--axes {','.join(axes)} with --steps {steps} needs about", n, max_searches, per_search,
                "give --max-searches N (or fewer --axes, fewer --steps)",
                f"a capacity search of ~{capacity_probes(iterations)} probes on {requests:,} requests",
@@ -249,17 +256,26 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
 
         with make_executor(jobs, ray) as ex:
             result = search_all(ex, cfg, axes, steps, requests, iterations, on_stage=say, on_axis=keep)
+            if front_axes:
+                keep(result)
+                result["frontier"] = frontier(ex, cfg, *front_axes, cx.frontier_values(front_axes[1], frontier_points),
+                                              steps, requests, iterations, say)
         result.update(complete=True, interrupted=False)
         result["words"] = cx.words(result["crossovers"])
+        if front_axes:
+            result["words"].append(cx.frontier_words(result["frontier"]))
+            frontier_figure(result["frontier"], f"Where PDD's throughput within SLA beats same-DC PD's ({requests:,} "
+                            "requests, seed 0, best splits at every probe)", folder.path / "frontier.png")
         result["provenance"] = provenance()
         write_json(folder.path / "crossovers.json", result)
         crossover_figure(result, f"Where PDD's advantage over same-DC PD changes sign ({requests:,} requests, seed 0, "
                          "best splits at every probe)", folder.path / "crossovers.png")
         write_text(folder.path / "crossovers.md", "# Crossovers\n\n" + "\n".join(f"- {w}" for w in result["words"])
-                   + "\n\n![crossovers](crossovers.png)\n")
+                   + "\n\n![crossovers](crossovers.png)\n" + ("\n![frontier](frontier.png)\n" if front_axes else ""))
     return result, folder.path
 
 
+FRONTIER_POINTS = 3  # values of the frontier's second axis (its ends and the middle)
 REPRODUCE_STEPS = 3  # reproduce --full's bisection steps per axis (1/8 of each range; `crossovers --steps` for more)
 
 
@@ -274,6 +290,34 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
     with make_executor(cfg.jobs, cfg.ray) as ex:
         res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,
                          optimized)
+        res["words"] = cx.words(res["crossovers"])
+        top = [r["axis"] for r in res["axes_ranked"][:2]]
+        if len(top) == 2:  # the two axes that move the throughput gain most
+            res["frontier"] = frontier(ex, cfg, *top, cx.frontier_values(top[1], FRONTIER_POINTS), REPRODUCE_STEPS,
+                                       cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized)
+            res["words"].append(cx.frontier_words(res["frontier"]))
     res["not_searched"] = [a for a in every if a not in axes]
-    res["words"] = cx.words(res["crossovers"])
     return res
+
+
+def frontier(ex: Executor, cfg: Settings, x: str, y: str, y_values: list[float], steps: int, requests: int,
+             iterations: int, on_stage: Callable[[str], None] | None = None,
+             optimized: dict[str, dict] | None = None) -> dict:
+    """The 2-D frontier of the throughput claim: for each value of axis `y`, the crossover along
+    axis `x` (None where the sign does not change), so a figure can shade where PDD wins."""
+    say = on_stage or (lambda _m: None)
+    cl = Climber(ex, cfg, requests, iterations, on_stage)
+    start = {d: len(cl.candidates(d)) // 2 for d in cx.DEPLOYMENTS}
+    for d, opt in (optimized or {}).items():
+        cl.prefill(opt)
+        start[d] = {label(c): i for i, c in enumerate(cl.candidates(d))}.get(opt["best"]["label"], start[d])
+    ax, ay = cx.AXES[x], cx.AXES[y]
+    rows = []
+    for v in y_values:
+        say(f"frontier: throughput along {x} at {y} = {v:g}")
+        res = _axis_search(cl, ax, "throughput_change_best", steps, start, {}, say, (ay, v))
+        rows.append({"y": v, "value": res["value"], "bracket": res.get("bracket"), "direction": res["direction"],
+                     "probes": [{"value": a, "advantage_pct": b} for a, b in res["probes"]]})
+    return {"claim": "throughput_change_best", "x": x, "y": y, "x_range": [ax.lo, ax.hi], "rows": rows,
+            "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
+                         "capacity_searches": cl.searches}}

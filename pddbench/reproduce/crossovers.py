@@ -167,6 +167,35 @@ def words(items: list[dict]) -> list[str]:
     return out
 
 
+def frontier_values(name: str, points: int) -> list[float]:
+    """`points` values spread over an axis's range (geometric on a log axis), ends included."""
+    a = AXES[name]
+    if points == 1:
+        return [a.shipped]
+    if a.log:
+        return [a.lo * (a.hi / a.lo) ** (i / (points - 1)) for i in range(points)]
+    return [a.lo + (a.hi - a.lo) * i / (points - 1) for i in range(points)]
+
+
+def parse_frontier(text: str) -> tuple[str, str]:
+    """`--frontier X,Y`: two different simulated axes."""
+    names = [t.strip() for t in text.split(",")]
+    if len(names) != 2 or names[0] == names[1] or any(n not in AXES for n in names):
+        from pddbench.core.errors import UserError
+
+        raise UserError(f"--frontier '{text}': give two different simulated axes X,Y from {', '.join(AXES)}")
+    return names[0], names[1]
+
+
+def frontier_words(front: dict) -> str:
+    """The frontier in one sentence per row, generated."""
+    x, y = axis_label(front["x"]), axis_label(front["y"])
+    parts = [f"at {y} = {r['y']:.3g}: " + (f"{x} = {r['value']:.3g} ({r['direction']})" if r["value"] is not None
+                                            else r["direction"].replace("across the whole range", "throughout"))
+             for r in front["rows"]]
+    return f"Frontier of the throughput gain along {x}: " + "; ".join(parts) + "."
+
+
 def parse_axes(text: str) -> list[str]:
     """The comma-separated axis names of `--axes` ('all': every one), each checked."""
     known = [*AXES, PRICE_AXIS, LOAD_AXIS]
@@ -182,7 +211,7 @@ def parse_axes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def estimated_searches(axes: list[str], steps: int) -> int:
+def estimated_searches(axes: list[str], steps: int, frontier: tuple[str, str] | None = None, points: int = 0) -> int:
     """Capacity searches a crossover run typically needs: the shipped values' climbs, then per
     simulated axis both claims' probes (ends shared), each probe a climb of ~3 splits of PDD
     (and of same-DC PD where the axis changes it)."""
@@ -190,4 +219,6 @@ def estimated_searches(axes: list[str], steps: int) -> int:
     for a in axes:
         if a in AXES:
             n += (2 + 2 * steps) * 3 * (1 if AXES[a].pdd_only else 2)
+    if frontier:
+        n += points * (2 + steps) * 3 * (1 if all(AXES[a].pdd_only for a in frontier) else 2)
     return n

@@ -464,11 +464,16 @@ def _figures(out: Path, rows, folders: dict, op: dict, tub, common, loads: dict,
             common, labels, f"Common loads, generated agentic trace ({cfg.requests:,} requests, seeds 0..{cfg.seeds - 1}): "
             f"same-DC PD vs PDD at their best splits, {lo:g}..{hi:g} req/s (0.1..0.9 x the smaller capacity)",
             op["sla"], out / "figures" / "common_load.png")))
-    from pddbench.reproduce.crossover_figure import crossover_figure
+    from pddbench.reproduce.crossover_figure import crossover_figure, frontier_figure
 
     figures.append(("Crossovers: where PDD's advantage over same-DC PD changes sign", crossover_figure(
         crossing, f"PDD vs same-DC PD along each searched assumption ({crossing['settings']['requests']:,}-request "
         f"trace, seed 0, best splits at every probe), {sla_text}", out / "crossovers" / "crossovers.png")))
+    if crossing.get("frontier"):
+        figures.append(("Frontier: where PDD's throughput within SLA beats same-DC PD's (the two axes that move it "
+                        "most)", frontier_figure(crossing["frontier"], f"Throughput-within-SLA frontier, "
+                                                 f"{crossing['settings']['requests']:,}-request trace, seed 0, {sla_text}",
+                                                 out / "crossovers" / "frontier.png")))
     for metric, title in (("throughput_change_pct", "throughput-within-SLA change"), ("ttft_change_pct", "mean TTFT change")):
         figures.append((f"Sensitivity map: PDD vs same-DC {title}",
                         map_heatmaps(sens, axes, metric, f"PDD vs same-DC PD: {title} (%), "
