@@ -157,7 +157,8 @@ def optimize_cmd(
     budget: str = typer.Option(..., "--budget", help="Chips per chip kind: A=88 (baseline), A=43,B=32 (PDD); "
                                "a bare number when the pools use one chip kind."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
-    sizes: str = typer.Option("8", "--sizes", help="Chips per instance to try, comma-separated (e.g. 7,8)."),
+    sizes: str = typer.Option("8", "--sizes", help="Chips per instance to try, comma-separated, ranges allowed "
+                              "(e.g. 7,8 or 4-16)."),
     iterations: int = typer.Option(7, "--iterations", min=1, max=20, help="Bisection steps of each capacity search."),
     coarse_requests: int = typer.Option(0, "--coarse-requests", min=0, help="Measure every split on this many "
                                         "leading requests first, then only the --refine-top best on the whole trace "
@@ -169,7 +170,11 @@ def optimize_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     max_splits: int = typer.Option(limits.MAX_OPTIMIZE_SPLITS, "--max-splits", min=1,
                                    help="Refuse a budget with more candidate splits than this (counted before any "
-                                   "is measured; each is a capacity search)."),
+                                   "is measured; each is a capacity search); with --prune, the most simulated."),
+    prune: bool = typer.Option(False, "--prune", help="Bound every split analytically (roofline model, ideal cache) "
+                               "and simulate them in order of bound until no remaining bound comes within 10 % of "
+                               "the best capacity found: wide --sizes (e.g. 4-16) without simulating every split. "
+                               "optimize.json gives each split's bound and why it was pruned."),
 ) -> None:
     """Find the instance split with the highest throughput within SLA at an equal chip budget."""
     from pddbench.sweep.optimize import parse_sizes, run_optimize
@@ -177,7 +182,7 @@ def optimize_cmd(
     result, folder = run_optimize(scenario, set_, budget, parse_sizes(sizes), out, results, jobs, iterations,
                                   coarse_requests or None, refine_top,
                                   on_stage=lambda msg: console.print(f"  {msg}", highlight=False),
-                                  max_splits=max_splits)
+                                  max_splits=max_splits, prune=prune)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:

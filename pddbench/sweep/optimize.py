@@ -36,9 +36,15 @@ def parse_sizes(text: str) -> list[int]:
     at most MAX_OPTIMIZE_SIZES distinct (each size multiplies the splits to count)."""
     parts = [x.strip() for x in text.split(",") if x.strip()]
     try:
-        sizes = [int(x) for x in parts]
+        sizes = []
+        for x in parts:
+            lo, _, hi = x.partition("-")
+            if hi and int(hi) - int(lo) > MAX_OPTIMIZE_SIZES:  # a range is counted before it is built
+                raise UserError(f"--sizes {text}: the range {x} gives {int(hi) - int(lo) + 1} sizes, more than the limit "
+                                f"of {MAX_OPTIMIZE_SIZES}")
+            sizes += list(range(int(lo), int(hi) + 1)) if hi else [int(x)]
     except ValueError:
-        raise UserError(f"--sizes {text}: expected whole numbers, e.g. 7,8") from None
+        raise UserError(f"--sizes {text}: expected whole numbers or ranges, e.g. 7,8 or 4-16") from None
     if not sizes or min(sizes) < 1:
         raise UserError(f"--sizes {text}: expected chips per instance of at least 1")
     if max(sizes) > MAX_CHIPS_PER_INSTANCE:
@@ -284,24 +290,92 @@ def optimize(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: E
     for i, cap in zip(chosen, measure([with_split(sc, splits[i]) for i in chosen], executor, iterations)):
         rows[i]["full"] = _brief(cap)
     best_i = max(chosen, key=lambda i: (rows[i]["full"]["throughput_within_sla_rps"], -i))
+    return _result(sc, budget, sizes, iterations, rows, best_i, {
+        "splits": "maximal (no pool could take one more instance within its chip budget)",
+        "candidates": len(rows), "requests": requests, "coarse_requests": coarse,
+        "refined": len(chosen), "refine_top": refine_top if coarse else None})
+
+
+def _result(sc: Scenario, budget: dict[str, int], sizes: list[int], iterations: int, rows: list[dict], best_i: int,
+            search: dict) -> dict:
+    """optimize.json's content."""
     best = rows[best_i]
     own = {r: {"instances": p.instances, "chips_per_instance": p.chips_per_instance}
            for r, p in sc.deployment.pools().items() if r in ROLES_OF_KIND[sc.deployment.kind]}
     return {
         "scenario": sc.name, "deployment": sc.deployment.kind, "budget": budget, "sizes": sorted(set(sizes)),
-        "sla": sc.sla.model_dump(), "iterations": iterations,
-        "search": {"splits": "maximal (no pool could take one more instance within its chip budget)",
-                   "candidates": len(rows), "requests": requests, "coarse_requests": coarse,
-                   "refined": len(chosen), "refine_top": refine_top if coarse else None},
+        "sla": sc.sla.model_dump(), "iterations": iterations, "search": search,
         "scenario_split": label(own),
         "candidates": rows,
         "best": {"label": best["label"], "split": best["split"], "chips": best["chips"], **best["full"]},
     }
 
 
+PRUNE_BATCH = 4  # splits simulated per round of the pruned search (fixed: the result must not depend on -j)
+MAX_ENUMERATED = 200_000  # splits the pruned search may enumerate and bound (arithmetic only, ~0.3 ms each)
+
+
+def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: Executor, iterations: int = 7,
+                    requests: int | None = None, on_stage: Callable[[str], None] | None = None,
+                    max_simulations: int = MAX_CANDIDATES) -> dict:
+    """Branch and bound (pddbench/sweep/split_bounds.py): every maximal split is bounded
+    analytically, then simulated in order of its bound, PRUNE_BATCH at a time, until the next
+    bound is below (1 - MARGIN) x the best capacity simulated: those cannot win and are pruned.
+    Past `max_simulations` the rest stay unsettled and the result says the search is not exhaustive."""
+    from pddbench.sweep import split_bounds as sb
+
+    splits = candidate_splits(sc, budget, sorted(set(sizes)), MAX_ENUMERATED)
+    prof = sb.profile(sc)
+    rows = [{"label": label(s), "split": s, "chips": chips_used(sc, s), "coarse": None, "full": None,
+             "bound": sb.bound(sc, s, prof), "status": None} for s in splits]
+    order = sorted(range(len(rows)), key=lambda i: (-rows[i]["bound"]["bound_rps"], i))
+    best, done, pos = 0.0, [], 0
+    floor = lambda: (1 - sb.MARGIN) * best
+    while pos < len(order):
+        batch = [i for i in order[pos:pos + PRUNE_BATCH] if rows[i]["bound"]["bound_rps"] > 0
+                 and rows[i]["bound"]["bound_rps"] >= floor()][:max_simulations - len(done)]
+        if not batch:
+            break
+        bounds = ", ".join(f"{rows[i]['bound']['bound_rps']:.3g}" for i in batch)
+        on_stage and on_stage(f"bounded search: simulating {len(batch)} splits (bounds {bounds} req/s; best so far "
+                              f"{best:.3g})")
+        for i, cap in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations)):
+            rows[i]["full"], rows[i]["status"] = _brief(cap), "simulated"
+            best = max(best, cap["throughput_within_sla_rps"])
+        done += batch
+        pos += len(batch)
+    for r in rows:
+        if r["status"]:
+            continue
+        b = r["bound"]
+        if b["bound_rps"] == 0:
+            r["status"] = f"pruned: {b['limit']}" if "fit" in b["limit"] else f"pruned: {b['limit']} can meet no SLA"
+        elif b["bound_rps"] < floor():
+            r["status"] = f"pruned: bound {b['bound_rps']:.3g} req/s ({b['limit']}) < {1 - sb.MARGIN:g} x the best {best:.3g}"
+        else:
+            r["status"] = f"unsettled: bound {b['bound_rps']:.3g} req/s above {1 - sb.MARGIN:g} x the best; not simulated " \
+                          f"(--max-splits {max_simulations} simulations)"
+    if not done:
+        raise UserError(f"no split of the budget {budget} can meet the SLA by its analytic bound (every pool's weights "
+                        "must fit and its decode step meet the TPOT bound)")
+    best_i = max(done, key=lambda i: (rows[i]["full"]["throughput_within_sla_rps"], -i))
+    unsettled = sum(r["status"].startswith("unsettled") for r in rows)
+    result = _result(sc, budget, sizes, iterations, rows, best_i, {
+        "splits": "maximal, bounded analytically (pddbench/sweep/split_bounds.py), simulated in order of bound",
+        "candidates": len(rows), "requests": requests, "coarse_requests": None, "refined": len(done), "refine_top": None,
+        "pruned": sum(r["status"].startswith("pruned") for r in rows), "unsettled": unsettled,
+        "exhaustive": unsettled == 0, "margin": sb.MARGIN})
+    result["candidates"] = [r for r in rows if r["status"] == "simulated"] + [
+        r for r in rows if r["status"] != "simulated"][:MAX_LISTED]
+    return result
+
+
+MAX_LISTED = 500  # optimize.json lists every simulated split and at most this many of the others
+
+
 def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], out, results, jobs: int = 1,
                  iterations: int = 7, coarse_requests: int | None = None, refine_top: int = 3,
-                 on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES):
+                 on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES, prune: bool = False):
     """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/.
     The budget is parsed and its splits counted (refused past `max_splits`, with an estimate)
     before the workload is generated or any folder claimed."""
@@ -322,16 +396,27 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
     measured = min(coarse_requests, stated) if coarse_requests else stated
     probes = capacity_probes(iterations)
     per_split = probes * measured * SIM_S_PER_REQUEST
-    n_splits = check_split_count(sc, chips, sizes, max_splits, per_split,
-                                 f"a capacity search of ~{probes} probes on ~{measured:,} requests")
-    if on_stage:
-        on_stage(f"{n_splits} candidate splits: {duration(n_splits * per_split)} of simulation on one core "
-                 f"(~{probes} probes on ~{measured:,} requests each)")
+    if prune:  # every split is bounded (arithmetic); at most max_splits are simulated
+        if coarse_requests:
+            raise UserError("--prune and --coarse-requests: give one (the pruned search ranks by analytic bounds)")
+        from pddbench.sweep.split_bounds import can_bound
+
+        if not can_bound(sc):
+            raise UserError(f"{scenario}: --prune needs latency.kind roofline (its bounds come from the roofline model)")
+        n_splits = check_split_count(sc, chips, sizes, MAX_ENUMERATED, None, "")
+        on_stage and on_stage(f"{n_splits} candidate splits bounded analytically; at most {max_splits} simulated "
+                              f"({duration(per_split)} each on one core)")
+    else:
+        n_splits = check_split_count(sc, chips, sizes, max_splits, per_split,
+                                     f"a capacity search of ~{probes} probes on ~{measured:,} requests")
+        on_stage and on_stage(f"{n_splits} candidate splits: {duration(n_splits * per_split)} of simulation on one "
+                              f"core (~{probes} probes on ~{measured:,} requests each)")
     check_capacity_workload(sc, str(scenario))
     n = len(workload_requests(sc))
     with run_folder(out, results, f"{sc.name}-optimize") as folder:
         with make_executor(jobs or None, None) as ex:
-            result = optimize(sc, chips, sizes, ex, iterations, n, coarse_requests, refine_top, on_stage, max_splits)
+            result = (optimize_pruned(sc, chips, sizes, ex, iterations, n, on_stage, max_splits) if prune else
+                      optimize(sc, chips, sizes, ex, iterations, n, coarse_requests, refine_top, on_stage, max_splits))
         result["provenance"] = provenance()
         write_json(folder.path / "optimize.json", result)
         optimize_figure(result, folder.path / "optimize.png")
