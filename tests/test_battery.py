@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "run": (["paper/pdd", *TINY], {"--out": FOLDER, "--results": FOLDER}),
     "capacity": (["paper/pdd", *TINY, "--iterations", "1"], {"--out": FOLDER, "--results": FOLDER}),
     "optimize": (["paper/pdd", "--budget", "A=88", *TINY], {"--out": FOLDER, "--results": FOLDER}),
+    "crossovers": (["--axes", "chips.B.price_per_hour", "--requests", "60", "--iterations", "1", "--steps", "0", "-j", "1"],
+                   {"--out": FOLDER, "--results": FOLDER}),
     "sweep": (["{sweep}"], {"--out": FOLDER, "--results": FOLDER}),
     "compare": (["{run}"], {"--out": FOLDER, "--results": FOLDER}),
     "replay": (["--endpoint", "http://127.0.0.1:9", "--trace", "{trace}"], {"--out": FOLDER, "--results": FOLDER}),
