@@ -12,7 +12,11 @@ Parts (scenarios/gate/nightly.yaml says what each runs):
   against this host's own baseline, BASELINES/live/<host-key>/<scenario>/;
 - fidelity: calibrated live runs of same-DC PD, cross-DC PD and PDD (repeats), each against its
   simulated twin (`pddbench fidelity`), gated against this host's own recorded fidelity,
-  BASELINES/fidelity/<host-key>/<deployment>/.
+  BASELINES/fidelity/<host-key>/<deployment>/;
+- agreement: `pddbench reproduce` (light, what make run runs) and `pddbench reproduce --full`, each
+  on its own; fails when a ledger row's verdict differs between them (the light mode may be lighter
+  only where it changes no verdict: pddbench/reproduce/agreement.py). No baseline: the two runs are
+  each other's reference.
 
 Baselines per host. Live figures and the twin's error depend on the CPU (vLLM CPU without AVX-512
 runs ~10x slower), and so do benchmark timings, so live, fidelity and bench baselines are kept per
@@ -64,7 +68,7 @@ from pddbench.core.loading import load_yaml, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "scenarios" / "gate" / "nightly.yaml"
-PARTS = ("sim", "bench", "live", "fidelity")
+PARTS = ("sim", "bench", "live", "fidelity", "agreement")
 BENCH_TIMER = "time.process_time"  # as the yardstick's (pddbench/gate/yardstick.py)
 BENCH_BASELINE = "0001_baseline.json"  # a benchmark baseline: the run pytest-benchmark compares with (--compare=0001)
 SIM_HOSTS = "every host (the simulator is deterministic)"  # whom a sim baseline is for
@@ -640,7 +644,34 @@ def part_fidelity(s: Suite, cfg: dict) -> None:
         s.gate_fidelity(name, fid, s.baselines / "fidelity" / host / name, host, settings, cfg, prov)
 
 
-RUNNERS = {"sim": part_sim, "bench": part_bench, "live": part_live, "fidelity": part_fidelity}
+def part_agreement(s: Suite, cfg: dict) -> None:
+    """The light and the full reproduction, then their verdicts row by row (module docstring)."""
+    from pddbench.reproduce.agreement import disagreements, table, verdicts
+
+    found = {}
+    for mode in ("light", "full"):
+        args = cfg.get(mode)
+        if not isinstance(args, list) or not all(isinstance(a, (str, int)) for a in args):
+            raise UserError(f"nightly config: agreement.{mode}: expected a list of reproduce options, e.g. [--full, -j, 2]")
+        folder = s.out / "agreement" / mode
+        t0 = time.monotonic()
+        res = s.pddbench("reproduce", *args, "--results", folder)
+        runs = sorted(folder.glob("reproduce/*/reproduce.json"))
+        if res.returncode != 0 or len(runs) != 1:
+            s.case("agreement", mode, f"reproduce {' '.join(map(str, args))} failed (exit {res.returncode})",
+                   _tail(res.stdout + res.stderr))
+            return
+        found[mode] = verdicts(runs[0])
+        s.case("agreement", mode, output=f"{len(found[mode])} rows in {time.monotonic() - t0:.0f} s")
+    diff = disagreements(found["light"], found["full"])
+    s.sections.append("## Light against full reproduction (verdict per row)\n\n" + table(found["light"], found["full"]) + "\n")
+    s.case("agreement", "verdicts", failure=(f"{len(diff)} row(s) get another verdict in the light run than in the full "
+                                             "one: " + "; ".join(f"{d['claim']}: {d['light']} vs {d['full']}" for d in diff))
+           if diff else None, output=f"{len(found['light'])} rows, the same verdict in both")
+
+
+RUNNERS = {"sim": part_sim, "bench": part_bench, "live": part_live, "fidelity": part_fidelity,
+           "agreement": part_agreement}
 
 
 def _figures(s: Suite) -> None:

@@ -26,11 +26,12 @@ from pddbench.sweep.executors import Executor
 BUDGETS = {"same-dc-pd": {"A": 88}, "pdd": {"A": 43, "B": 32}}
 # The measured deployments: name -> the paper scenario whose pools the split replaces.
 MEASURED = {"best-same-dc-pd": "same-dc-pd", "best-pdd": "pdd", "control-pdd": "pdd"}
-# light: every candidate of one size measured on the steady trace (nothing pruned); full: three
-# sizes, coarse on 1,000 requests, the top 3 on the steady trace (the pre-selection is short-trace
-# evidence, so its best-split rows stay inconclusive: ranking_reason)
+# Light and full alike: every candidate of one size measured on the steady trace, nothing pruned.
+# Full once tried sizes 7/8/9 pre-selected on 1,000 requests: short-trace evidence that left its
+# best-split rows inconclusive (ranking_reason) where light had a verdict, so the two modes
+# disagreed (issue 27.1). Other sizes: `pddbench optimize --prune --sizes 4-16` (README).
 LIGHT = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
-FULL = {"sizes": [7, 8, 9], "coarse_requests": 1000, "refine_top": 3}
+FULL = LIGHT
 
 
 def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int, full: bool,
@@ -103,7 +104,7 @@ def ranking_reason(best: dict[str, dict]) -> str:
     return ""
 
 
-def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict], light: bool,
+def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict],
                  conv: dict[str, dict] | None = None) -> list[Row]:
     """The best-vs-best and control rows; `s` and `cap` hold per-seed summaries and capacity
     results under the MEASURED names, `plan` is `measured(...)`, `conv` the convergence checks by
@@ -114,8 +115,8 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
                         for x, y in zip(cap[a], cap[b])]
     sp = {n: p["split"] for n, p in plan.items()}
     lab = {n: p["label"] for n, p in plan.items()}
-    note = search_note(best) + (" Light run: one instance size (8 chips), every split measured on the steady "
-                                "trace; `--full` tries sizes 7/8/9, pre-selected on 1,000 requests." if light else "")
+    note = search_note(best) + (" One instance size (8 chips), every split measured on the steady trace; other "
+                                "sizes: `pddbench optimize --prune --sizes 4-16`.")
     short = [c for n in (base, pdd, ctl) for c in cap[n] if c.get("warnings")]
     warn = (f" The capacity search warns: {short[0]['requests']:,} requests are fewer than its min_requests "
             f"{short[0].get('min_requests') or MIN_REQUESTS:,}, so a decode-bound split's capacity may be overstated."

@@ -59,7 +59,7 @@ def comparison_words(sim: Simulated, common) -> str:
 
 def comparison_rows(s: dict, cap: dict, sim: Simulated, common, cfg: Settings, conv: dict) -> list[Row]:
     """Best split vs best split, the equal-prefill control and the common loads."""
-    rows = bvb.measure_rows(s, cap, sim.best, sim.plan, not cfg.full, conv)
+    rows = bvb.measure_rows(s, cap, sim.best, sim.plan, conv)
     if len(common):
         return rows + common_load.measure_rows(common, sim.loads, *COMMON, not cfg.full)
     why = f"No common load: a capacity is 0 ({sim.loads['capacities_rps']} req/s)."
