@@ -185,3 +185,16 @@ def test_frontier_values_span_the_axis(name, points):
         assert vals == [a.shipped]
     else:
         assert vals[0] == pytest.approx(a.lo) and vals[-1] == pytest.approx(a.hi)
+
+
+def test_answer_line_lists_an_axis_without_a_sign_change_only_when_no_claim_crosses_on_it():
+    from pddbench.reproduce.answer import crossover_line
+
+    item = lambda claim, axis, value: {"claim": claim, "axis": axis, "value": value,
+                                       "direction": "PDD wins below it" if value else "PDD loses across the whole range"}
+    line = crossover_line([item("bcr_change", "chips.B.price_per_hour", 0.38),
+                           item("throughput_change_best", "chips.B.price_per_hour", None),
+                           item("throughput_change_best", "sla.ttft_ms", None)], [])
+    head, _, tail = line.partition("no sign change along")
+    assert "0.38" in head and "TTFT SLA" in tail and "price" not in tail
+    assert "nowhere in the ranges searched" in crossover_line([item("throughput_change_best", "sla.ttft_ms", None)], [])

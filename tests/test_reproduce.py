@@ -96,9 +96,13 @@ def light_run(tmp_path_factory):
 
 
 def test_light_reproduce_writes_the_ledger(light_run):
+    from pddbench.core.loading import read_json
+
     out, readme = light_run
-    data = json.loads((out / "reproduce.json").read_text())
+    data = read_json(out / "reproduce.json", "reproduce.json")  # strict: standard JSON, no NaN/Infinity
     assert [r["id"] for r in data["rows"]] == [c.id for c in CLAIMS]
+    unbounded = [r for r in data["rows"] if isinstance(r["article"], list) and r["article"][1] is None]
+    assert unbounded, "a claim whose range has no upper end writes it as null"
     assert all(r["verdict"] in VERDICTS for r in data["rows"])
     measured = [r for r in data["rows"] if r["id"] == "ttft_change"][0]
     assert measured["seeds"] == 2 and measured["simulated_mean"] is not None

@@ -160,3 +160,18 @@ def test_cli_subprocess_one_line_errors(tmp_path):
         res = run_cli(*args)
         assert res.returncode == 2 and "Traceback" not in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error:"), (args, res.stderr)
+
+
+def test_json_outputs_are_standard_json(tmp_path):
+    """NaN and Infinity are not JSON (our own strict reader, jq and browsers refuse them): every
+    JSON the project writes holds null there, numpy values included."""
+    import numpy as np
+
+    from pddbench.core.io import write_json
+    from pddbench.core.loading import read_json
+
+    path = tmp_path / "x.json"
+    write_json(path, {"range": (0.0, float("inf")), "p90": float("nan"), "arr": np.array([1.5, -np.inf]),
+                      "n": np.int64(3), "f": np.float32(0.5), "ok": True, "nested": [{"v": np.float64("nan")}]})
+    assert read_json(path, "x") == {"range": [0.0, None], "p90": None, "arr": [1.5, None], "n": 3, "f": 0.5,
+                                    "ok": True, "nested": [{"v": None}]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import stat
@@ -112,7 +113,21 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    """Standard JSON only: a non-finite number (no value, an unbounded range) is written as null,
+    since NaN and Infinity are not JSON (our own strict reader, jq and browsers refuse them)."""
+    write_text(path, json.dumps(_finite(obj), indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays
+        return _finite(obj.tolist())
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

@@ -95,7 +95,8 @@ def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
         return None
     found = [f"{CLAIMS[i['claim']].split(' (')[0]} at {axis_label(i['axis'])} = {i['value']:.3g} ({i['direction']})"
              for i in items if i["value"] is not None]
-    none = sorted({axis_label(i["axis"]) for i in items if i["value"] is None})
+    crossed = {i["axis"] for i in items if i["value"] is not None}  # e.g. chip B's price moves BCR, not throughput
+    none = sorted({axis_label(i["axis"]) for i in items if i["value"] is None and i["axis"] not in crossed})
     text = "- Where PDD's advantage changes sign (seed 0, best splits at every probe): "
     text += ("; ".join(found) + (f"; no sign change along {', '.join(none)}" if none else "") if found else
              f"nowhere in the ranges searched ({', '.join(none)})")
