@@ -104,3 +104,30 @@ def test_emulated_wan_comes_up_and_down_under_an_engine_groups_sigterm_handler()
     finally:
         signal.signal(signal.SIGTERM, old)
     assert our_namespaces() == []
+
+
+def _xcomp(code: int, env: dict | None = None) -> int:
+    """arch_prctl(code) in a fresh Python started with `env` (0 where there is no such call)."""
+    import subprocess
+    import sys
+
+    probe = ("import ctypes; b = ctypes.c_ulong(0); libc = ctypes.CDLL(None); "
+             f"print(b.value if libc.syscall(158, {code}, ctypes.byref(b)) == 0 else 0)")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    return int(out.stdout.strip() or 0)
+
+
+@pytest.mark.skipif(not (os.uname().sysname == "Linux" and os.uname().machine == "x86_64"), reason="x86 Linux only")
+@pytest.mark.parametrize("kv_role", [None, "kv_consumer"])
+def test_every_engine_process_may_use_amx_where_the_cpu_has_it(kv_role, tmp_path):
+    """vLLM's CPU attention uses AMX wherever the CPU has it without asking the kernel for the tile
+    state; a process that did not ask dies of SIGILL (seen on an Intel Xeon: D's worker, exit -4).
+    Every engine's environment loads engine_site/sitecustomize.py, which asks: its processes hold the
+    permission exactly where the kernel offers AMX (ARCH_GET_XCOMP_SUPP bit 18)."""
+    xtiledata = 1 << 18
+    env = EngineSpec("e", str(tmp_path), 8000, kv_role=kv_role).env()
+    assert str(engines_mod.ENGINE_SITE) in env["PYTHONPATH"].split(os.pathsep)
+    offered = bool(_xcomp(0x1021) & xtiledata)
+    assert bool(_xcomp(0x1022, env) & xtiledata) == offered
+    if offered:  # a plain process has not asked: the site is what makes the difference
+        assert not _xcomp(0x1022, {**os.environ, "PYTHONPATH": ""}) & xtiledata

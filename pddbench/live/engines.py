@@ -31,6 +31,9 @@ _TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aar
              "/usr/lib64/libtcmalloc_minimal.so.4", "/usr/lib/libtcmalloc_minimal.so.4")
 
 
+ENGINE_SITE = Path(__file__).parent / "engine_site"  # sitecustomize.py loaded by every engine process
+
+
 def preload_libraries() -> list[str]:
     """The libraries engines are started with in LD_PRELOAD (tcmalloc first, then Intel OpenMP),
     those found on this machine; none when PDDBENCH_ENGINE_PRELOAD=0."""
@@ -85,9 +88,11 @@ class EngineSpec:
         libs = self.preload_list()
         if libs:  # vLLM adds torch's libgomp only when no OpenMP is preloaded: never both
             env["LD_PRELOAD"] = ":".join(libs + [p for p in env.get("LD_PRELOAD", "").split(":") if p])
-        if self.kv_role:  # see engine_site/sitecustomize.py: NIXL's busy progress thread off
-            site = str(Path(__file__).parent / "engine_site")
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+        # engine_site/sitecustomize.py in every engine process: AMX permission (any engine), NIXL's
+        # busy progress thread off and the engine's pinning kept (engines with a KV connector)
+        site = str(ENGINE_SITE)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+        if self.kv_role:
             env.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")  # what vLLM sets, had NIXL not been imported first
         if self.side_channel_port is not None:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)

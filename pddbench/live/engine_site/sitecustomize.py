@@ -11,10 +11,31 @@ on PYTHONPATH; spawned workers inherit it). Two fixes for vLLM's NIXL connector 
    running the model, so every engine ended up computing on the same last core, away from the
    core it was pinned to (P's prefill ran 3-5x slower whenever D decoded). The engine's own
    pinning (VLLM_CPU_OMP_THREADS_BIND) is kept: that reservation is skipped
-   (PDDBENCH_NIXL_KEEP_PINNING=0 restores vLLM's behaviour)."""
+   (PDDBENCH_NIXL_KEEP_PINNING=0 restores vLLM's behaviour).
+3. On x86 Linux a process must ask the kernel for the AMX tile state (arch_prctl
+   ARCH_REQ_XCOMP_PERM, XTILEDATA) before its first AMX instruction, or it dies of SIGILL. vLLM's
+   CPU attention picks its AMX kernel wherever the CPU has AMX and never asks: on an Intel Xeon
+   with AMX, D's first step over a KV cache it received killed its worker (exit -4). Asked here,
+   once per process; where the kernel or CPU has no AMX the call fails and nothing changes."""
 
 import os
+import platform
 import sys
+
+
+def _request_amx() -> None:
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(158, 0x1023, 18)  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+    except Exception:  # no libc syscall here: nothing to ask
+        pass
+
+
+_request_amx()
 
 _DELAY_US = int(os.environ.get("PDDBENCH_NIXL_PROGRESS_DELAY_US", "200"))
 
