@@ -29,17 +29,21 @@ def verdicts(path: Path) -> dict[str, str]:
     return out
 
 
+def _claims(light: dict[str, str], full: dict[str, str]) -> list[str]:
+    """Both runs' claims: the light run's first, then those only the full run has."""
+    return sorted(set(light) | set(full), key=lambda c: (c not in light, c))
+
+
 def disagreements(light: dict[str, str], full: dict[str, str]) -> list[dict]:
     """Every claim whose verdict differs between the two runs (None where a run lacks the row)."""
-    return [{"claim": c, "light": light.get(c), "full": full.get(c)}
-            for c in sorted(set(light) | set(full), key=lambda c: (c not in light, c))
+    return [{"claim": c, "light": light.get(c), "full": full.get(c)} for c in _claims(light, full)
             if light.get(c) != full.get(c)]
 
 
 def table(light: dict[str, str], full: dict[str, str]) -> str:
     """Markdown: one line per claim with both verdicts, the disagreements marked."""
     lines = ["| claim | light | full | |", "| --- | --- | --- | --- |"]
-    for c in sorted(set(light) | set(full), key=lambda c: (c not in light, c)):
+    for c in _claims(light, full):
         a, b = light.get(c), full.get(c)
         lines.append(f"| {c} | {a or '(no row)'} | {b or '(no row)'} | {'' if a == b else 'DISAGREE'} |")
     return "\n".join(lines)

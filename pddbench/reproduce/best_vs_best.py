@@ -30,19 +30,17 @@ MEASURED = {"best-same-dc-pd": "same-dc-pd", "best-pdd": "pdd", "control-pdd": "
 # Full once tried sizes 7/8/9 pre-selected on 1,000 requests: short-trace evidence that left its
 # best-split rows inconclusive (ranking_reason) where light had a verdict, so the two modes
 # disagreed (issue 27.1). Other sizes: `pddbench optimize --prune --sizes 4-16` (README).
-LIGHT = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
-FULL = LIGHT
+PLAN = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
 
 
-def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int, full: bool,
+def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int,
            on_stage: Callable[[str], None] | None = None) -> dict[str, dict]:
     """`optimize` for each deployment in `scenarios` (paper name -> seed-0 scenario), at BUDGETS."""
-    plan = FULL if full else LIGHT
     out = {}
     for name, sc in scenarios.items():
         n = sc.workload.synth.requests if sc.workload.synth else None
-        out[name] = optimize(sc, BUDGETS[name], plan["sizes"], executor, iterations, n, plan["coarse_requests"],
-                             plan["refine_top"], on_stage)
+        out[name] = optimize(sc, BUDGETS[name], PLAN["sizes"], executor, iterations, n, PLAN["coarse_requests"],
+                             PLAN["refine_top"], on_stage)
     return out
 
 

@@ -373,7 +373,7 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         t0 = time.perf_counter()
         # the splits are ranked on the trace and resolution the verdicts' capacities use
         scen = {n: _variant(n, 0, cfg, [f"workload.synth.requests={cfg.capacity_requests}"]) for n in bvb.BUDGETS}
-        best = bvb.search(scen, ex, cfg.capacity_iterations, cfg.full,
+        best = bvb.search(scen, ex, cfg.capacity_iterations,
                           lambda m: console.print(f"  split search: {m}", highlight=False))
         walls["optimize (wall)"] = time.perf_counter() - t0
         for name, res in best.items():

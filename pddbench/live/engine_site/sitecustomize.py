@@ -29,7 +29,7 @@ def _request_amx() -> None:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None)
         libc.syscall(158, 0x1023, 18)  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
     except Exception:  # no libc syscall here: nothing to ask
         pass
