@@ -625,6 +625,8 @@ def main(argv: list[str] | None = None) -> None:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
     from typer.exceptions import Abort, Exit
 
+    global _PROCESS_ENTRY
+    _PROCESS_ENTRY = argv is None  # the process's own entry point, not a caller's main([...])
     try:
         _check_std_streams()
         args = sys.argv[1:] if argv is None else list(argv)
@@ -632,6 +634,7 @@ def main(argv: list[str] | None = None) -> None:
         command = typer.main.get_command(app)  # invoked here: typer's main() would turn Ctrl-C into exit 130 silently
         with command.make_context("pddbench", args) as ctx:
             rc = command.invoke(ctx)
+        _outcome_decided()
         _flush_stdout()
     except NoArgsIsHelpError as exc:
         exc.show()
@@ -646,7 +649,7 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         _one_line(str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        _interrupted(str(exc) or "interrupted; nothing was written")
+        _interrupted(str(exc) or _late_interrupt())
     except OSError as exc:  # the reader of a pipe left, a full disk or device, a closed stream
         _stream_or_os_error(exc)
     except Exception as exc:  # noqa: BLE001 - a bug: the traceback goes to a log, one line here
@@ -655,6 +658,28 @@ def main(argv: list[str] | None = None) -> None:
 
 
 INTERNAL_ERROR = 3
+_PROCESS_ENTRY = False
+
+
+def _outcome_decided() -> None:
+    """The command's outcome is final (its output written, or its error chosen): a Ctrl-C from
+    here on must not change it. Without this a Ctrl-C during interpreter shutdown ends a complete
+    run by SIGINT (exit -2), which a caller reads as a crash. Only as the process's entry point:
+    a caller's process keeps its Ctrl-C (and its children would inherit the ignored signal)."""
+    import signal
+
+    if _PROCESS_ENTRY:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _late_interrupt() -> str:
+    """A Ctrl-C that is not a run folder's Interrupted: before any work, or just after a folder
+    was completed (it is kept, whole)."""
+    from pddbench.core.io import COMPLETED_FOLDERS
+
+    if COMPLETED_FOLDERS:
+        return f"interrupted after the run was complete; kept {COMPLETED_FOLDERS[-1]} (complete, not interrupted)"
+    return "interrupted; nothing was written"
 
 
 def _check_std_streams() -> None:
@@ -748,6 +773,7 @@ def _interrupted(text: str) -> None:
 
 
 def _one_line(text: str, code: int, color: str = "bold red", prefix: str = "error: ") -> None:
+    _outcome_decided()
     line = " ".join(text.split())
     console.print(f"[{color}]{prefix}[/]{escape(line)}" if prefix else f"[{color}]{escape(line)}[/]",
                   highlight=False, soft_wrap=True)

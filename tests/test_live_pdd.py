@@ -9,7 +9,8 @@ except where two float paths may legitimately disagree. MD recomputes the eager 
 prefill and decodes from KV pulled over NIXL; on a host without AVX-512 vLLM CPU falls back from
 oneDNN to torch linear and a near-tie can flip many tokens after the handoff. So the reference is
 asked for its top-2 logprobs (`logprobs: 2`, ids as `token_id:N`); at the first diverging
-position the PDD token must be the reference's runner-up with a logprob gap <= TIE_NATS, and
+position the PDD token must be the reference's runner-up with a logprob gap <= TIE_NATS (at most
+MAX_NEAR_TIES of them wider than the logits' rounding, ROUNDING_NATS), and
 from there on the comparison continues against a fresh reference from the same prefix (P
 continues prompt + PDD ids so far). The first HANDOFF_WINDOW tokens from MD must equal the
 reference exactly: a lost or repeated token at the cut fails, as does any divergence that is not
@@ -39,7 +40,13 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
 # differ by a few ulps can swap candidates closer than this, not ones further apart.
 TIE_NATS = 0.1
 HANDOFF_WINDOW = 8  # the first tokens from MD after the cut must be the reference's, exactly
-MAX_NEAR_TIES = 4   # near-ties accepted per request (each re-anchors the reference)
+MAX_NEAR_TIES = 4   # near-ties wider than ROUNDING_NATS accepted per request (each re-anchors the reference)
+# Candidates this close are equal within the bf16 logits' rounding (one ulp for |logit| < 2):
+# either float path may pick either, as often as the sequence revisits them. The tiny model falls
+# into loops that revisit one such pair every few tokens (seen: 5 flips at 1/256 nats in 400
+# tokens), so these are not counted against MAX_NEAR_TIES; MAX_DIVERGENCES bounds the work.
+ROUNDING_NATS = 1 / 128
+MAX_DIVERGENCES = 32
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +124,8 @@ async def _equivalence(session, url, prompt, got, pdd, ref, tops):
         divergences.append({"at": d, "cut": cut, "reference": ref[d], "pdd": got[d], "gap_nats": gap,
                             "top": tops[d], "context": {"reference": ref[max(0, d - 3):d + 3],
                                                         "pdd": got[max(0, d - 3):d + 3]}})
-        if gap is None or gap > TIE_NATS or len(divergences) > MAX_NEAR_TIES:
+        wide = sum(1 for div in divergences if (div["gap_nats"] or 0.0) > ROUNDING_NATS)
+        if gap is None or gap > TIE_NATS or wide > MAX_NEAR_TIES or len(divergences) > MAX_DIVERGENCES:
             return {"verdict": "mismatch", "divergences": divergences}
         if d in window:
             return {"verdict": "near_tie_at_handoff", "divergences": divergences}
@@ -210,6 +218,30 @@ def test_equivalence_tells_a_near_tie_from_a_lost_or_repeated_token(monkeypatch)
     assert eq(flip, far)["verdict"] == "mismatch"                        # candidates too far apart
     assert eq(ref[:6] + [999] + ref[7:])["verdict"] == "near_tie_at_handoff"
     assert eq(ref[:20] + [999] + [7] * 19)["verdict"] == "mismatch"      # after the re-anchor: wrong
+
+
+@pytest.mark.parametrize("gap, verdict", [(1 / 256, "near_ties"), (0.0, "near_ties"), (0.05, "mismatch")])
+def test_equivalence_counts_near_ties_wider_than_rounding(monkeypatch, gap, verdict):
+    """Six flips after the handoff window, each to the reference's runner-up: ties within the bf16
+    rounding may recur without limit; wider ones only MAX_NEAR_TIES times."""
+    import sys
+
+    n, flips = 60, [14, 20, 26, 32, 38, 44]
+    got = [300 + i for i in range(n)]
+
+    def pick(i):  # the reference's own pick: at a flip, another token with PDD's as its runner-up
+        return 900 + i if i in flips else got[i]
+
+    def top(i):
+        return {pick(i): -1.0, got[i]: -1.0 - gap} if i in flips else {got[i]: -1.0, 999: -2.0}
+
+    async def fake_reference(_s, _u, _prompt, k):  # continues the PDD prefix it is given
+        return [pick(i) for i in range(n - k, n)], [top(i) for i in range(n - k, n)]
+    monkeypatch.setattr(sys.modules[__name__], "_reference", fake_reference)
+    ref, tops = asyncio.run(fake_reference(None, "", [1], n))
+    res = asyncio.run(_equivalence(None, "", [1], got, {"relay_tokens": 4, "main_tokens": n - 4}, ref, tops))
+    assert res["verdict"] == verdict, res
+    assert [d["at"] for d in res["divergences"]] == (flips if verdict == "near_ties" else flips[:MAX_NEAR_TIES + 1])
 
 
 @pytest.mark.parametrize("mode", ["one_shot", "catch_up"])

@@ -135,8 +135,9 @@ def test_sigint_leaves_nothing_or_a_folder_marked_interrupted(tmp_path, delay_s)
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     print(delay_s, proc.returncode, last)
-    if proc.returncode == 0:  # finished before the signal: a complete run
+    if proc.returncode == 0 or "after the run was complete" in last:  # finished before the signal
         assert json.loads((out / "summary.json").read_text())["interrupted"] is False
+        assert not (out / ".claim").exists()
         return
     assert proc.returncode == 130 and last.startswith("interrupted"), err
     if not out.exists():
@@ -152,6 +153,57 @@ def test_sigint_leaves_nothing_or_a_folder_marked_interrupted(tmp_path, delay_s)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["scenario.yaml", "records.parquet", "summary.json", "ttft_cdf.png", "ttft_legs.png",
          "hit_rate_over_time.png", "run.log"])
+
+
+_LATE_SIGINT = """
+import os, signal, sys, time
+from pddbench.cli import main
+try:
+    main()  # as the console script does: the arguments from sys.argv
+finally:  # Ctrl-C while the process winds down, after the command's outcome is decided
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+"""
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_ctrl_c_after_the_outcome_does_not_change_it(tmp_path, ok):
+    """A complete run stays exit 0 and an error stays exit 2: not -2, the SIGINT death that a
+    caller reads as a crash (seen when Ctrl-C landed during interpreter shutdown)."""
+    args = ["run", "paper/pdd", *TINY, "--out", str(tmp_path / "run")] if ok else ["run", "paper/nope"]
+    res = subprocess.run([sys.executable, "-c", _LATE_SIGINT, *args], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == (0 if ok else 2) and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+
+
+def test_main_called_in_process_keeps_the_callers_ctrl_c():
+    before = signal.getsignal(signal.SIGINT)
+    assert cli("run", "paper/nope").code == 2
+    assert signal.getsignal(signal.SIGINT) is before  # else this process and its children ignore Ctrl-C
+
+
+_SIGINT_AT_WROTE = """
+import sys
+import pddbench.cli as cli
+print_ = cli.console.print
+def interrupting_print(*a, **k):
+    if a and "wrote" in str(a[0]):
+        raise KeyboardInterrupt  # Ctrl-C after the folder is complete, before the command returns
+    return print_(*a, **k)
+cli.console.print = interrupting_print
+cli.main(sys.argv[1:])
+"""
+
+
+def test_ctrl_c_just_after_a_complete_folder_says_it_is_kept(tmp_path):
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-c", _SIGINT_AT_WROTE, "run", "paper/pdd", *TINY, "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    last = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 130 and "Traceback" not in res.stderr, res.stderr
+    assert "after the run was complete" in last and str(out) in " ".join(res.stderr.split()), res.stderr
+    assert json.loads((out / "summary.json").read_text())["interrupted"] is False
+    assert not (out / ".claim").exists()
 
 
 def test_cli_subprocess_one_line_errors(tmp_path):

@@ -283,6 +283,11 @@ class RunFolder:
         self.kept = kept
 
 
+# Folders this process completed: a Ctrl-C that lands after one is complete (and before the
+# process ends) must say the folder is kept, not that nothing was written.
+COMPLETED_FOLDERS: list[Path] = []
+
+
 @contextmanager
 def run_folder(out: Path | None, results: Path, name: str) -> Iterator[RunFolder]:
     """Claim `out` (new or empty) or a new RESULTS/<name>/<run-id>/ for one run. Ctrl-C leaves
@@ -306,6 +311,7 @@ def run_folder(out: Path | None, results: Path, name: str) -> Iterator[RunFolder
         _failed(folder, exc)
         raise
     release_claim(path)
+    COMPLETED_FOLDERS.append(path)
 
 
 def _failed(folder: RunFolder, exc: BaseException) -> None:
