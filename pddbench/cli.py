@@ -390,6 +390,10 @@ def replay_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the arrival process."),
     timeout_s: float = typer.Option(600.0, "--timeout-s", min=0.1, help="Per-request timeout."),
     pipeline: str = typer.Option("colocated", "--pipeline", help="Pipeline label written into the records (colocated, p_d, ...)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Load-generator processes on this host (at most 64). "
+                                "Whole sessions are split among them (a session's turns in order, from one "
+                                "worker), all on one schedule; their records are merged into one run folder. "
+                                "With --concurrency, the N in flight are shared among the workers."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: a new results/replay/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
 ) -> None:
@@ -406,7 +410,7 @@ def replay_cmd(
     summary, folder = replay_trace(endpoint, model, trace, out, results, block_size=block_size,
                                    vocab=(vocab_lo, vocab_hi), time_scale=time_scale, rate=rate, arrival=arrival,
                                    concurrency=concurrency, duration_s=duration_s, seed=seed, timeout_s=timeout_s,
-                                   pipeline=pipeline)
+                                   pipeline=pipeline, workers=workers)
     print_summary(summary)
     console.print(f"[green]wrote[/] {folder}")
 

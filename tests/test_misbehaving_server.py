@@ -137,9 +137,9 @@ def test_ctrl_c_marks_in_flight_requests_interrupted(server):
         await asyncio.gather(task, return_exceptions=True)
 
     run_sync(interrupted_run())
-    from pddbench.live.replay import _sent
+    from pddbench.live.client import keep_sent
 
-    kept = _sent(outcomes)
+    kept = keep_sent(outcomes)
     assert [o.failure for o in kept] == ["interrupted", "interrupted"]
 
 

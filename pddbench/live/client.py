@@ -13,7 +13,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -152,10 +152,12 @@ class ReplayClient:
 
     async def run(self, reqs: list[LiveRequest], concurrency: int | None = None,
                   on_done: Callable[[Outcome], None] | None = None,
-                  outcomes: list[Outcome] | None = None) -> tuple[list[Outcome], float]:
+                  outcomes: list[Outcome] | None = None,
+                  start: Callable[[], Awaitable[float]] | None = None) -> tuple[list[Outcome], float]:
         """Send every request at its intended offset (or keep `concurrency` in flight); returns
         the outcomes and the run's monotonic start time. Pass `outcomes` (empty) to keep what
-        was measured when the run is interrupted."""
+        was measured when the run is interrupted. `start`, awaited once the connections are
+        warm, gives the start instant (monotonic s) when several clients share one schedule."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10)
         limit = concurrency or self.max_connections
         # a colocated run's front is vLLM itself: let idle connections go before it closes them
@@ -172,7 +174,8 @@ class ReplayClient:
                     if on_done:
                         on_done(o)
                 return outcomes, t0
-            t0 = _now()
+            t0 = await start() if start else _now()
+            await _wait_until(t0)
             if concurrency:
                 sem = asyncio.Semaphore(concurrency)
 
@@ -198,6 +201,15 @@ class ReplayClient:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
         return outcomes, t0
+
+
+def keep_sent(outcomes: list[Outcome]) -> list[Outcome]:
+    """After Ctrl-C: the requests that were sent; one still in flight is failed as 'interrupted'."""
+    sent = [o for o in outcomes if not math.isnan(o.send_s)]
+    for o in sent:
+        if not o.failure and not o.token_times_s:  # the client's cancellation did not reach it
+            o.failure = "interrupted"
+    return sent
 
 
 def _typed(value, kind: type, name: str):

@@ -3,14 +3,16 @@ same records and summary as the simulator."""
 
 from __future__ import annotations
 
-import math
+import bisect
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pddbench.core.io import write_json
-from pddbench.live.client import LiveRequest, ReplayClient, outcome_record, run_sync
+from pddbench.live.client import LiveRequest, ReplayClient, keep_sent, outcome_record, run_sync
 from pddbench.live.prompts import prompt_tokens
 from pddbench.live.schedule import at_rate, from_trace
 from pddbench.metrics.summary import summarize
@@ -38,56 +40,92 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
            vocab: tuple[int, int] = (16, 1024), time_scale: float | None = None, rate: float | None = None,
            arrival: str = "poisson", concurrency: int | None = None, duration_s: float | None = None,
            seed: int = 0, timeout_s: float = 600.0, lag_tolerance_ms: float = 10.0,
-           sla: tuple[float, float, float] = (2000.0, 100.0, 90.0), pipeline: str = "colocated") -> dict:
+           sla: tuple[float, float, float] = (2000.0, 100.0, 90.0), pipeline: str = "colocated",
+           workers: int = 1) -> dict:
     schedule = make_schedule(trace, time_scale, rate, arrival, seed, duration_s)
     reqs = build_requests(trace[: len(schedule)], block_size, vocab, schedule)
-    client = ReplayClient(endpoint, model, timeout_s=timeout_s)
-    counts = {"done": 0, "failed": 0}
-    ttfts: list[float] = []
-    outcomes: list = []
-    interrupted = False
     with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("", total=len(reqs))
+        on_progress = _progress(bar, bar.add_task("", total=len(reqs)))
+        if workers > 1:
+            from pddbench.live.shards import replay_sharded
 
-        def on_done(o) -> None:
-            counts["failed" if o.failure else "done"] += 1
-            if not o.failure and o.token_times_s:
-                ttfts.append((o.token_times_s[0] - o.send_s) * 1000)
-            ordered = sorted(ttfts)
-            p50 = ordered[len(ordered) // 2] if ordered else 0
-            p90 = ordered[int(len(ordered) * 0.9)] if ordered else 0
-            bar.update(task, advance=1, description=f"done {counts['done']} failed {counts['failed']} "
-                                                    f"TTFT p50 {p50:.0f} p90 {p90:.0f} ms")
-
-        try:
-            run_sync(client.run(reqs, concurrency, on_done, outcomes))
-        except KeyboardInterrupt:  # keep what was measured; requests in flight are failed as interrupted
-            interrupted = True
-            outcomes = _sent(outcomes)
-    records = to_frame([outcome_record(o, pipeline) for o in outcomes])
+            records, accounts, interrupted = replay_sharded(
+                endpoint, model, reqs, workers, out / ".shards", concurrency=concurrency, timeout_s=timeout_s,
+                pipeline=pipeline, on_progress=on_progress)
+        else:
+            records, accounts, interrupted = _replay_here(endpoint, model, reqs, concurrency, timeout_s, pipeline,
+                                                         on_progress)
     write_records(out / "records.parquet", records)
     summary = summarize(records, deployment=pipeline, sla_ttft_ms=sla[0], sla_tpot_ms=sla[1], sla_percentile_q=sla[2])
-    lag_p99 = float(records["schedule_lag_ms"].quantile(0.99)) if len(records) else 0.0
-    summary.update({"runtime": "live", "endpoint": endpoint, "seed": seed, "schedule_lag_p99_ms": round(lag_p99, 3),
-                    "schedule_ok": concurrency is not None or lag_p99 <= lag_tolerance_ms})
+    lag_p99 = _lag_p99(records)
+    summary.update({"runtime": "live", "endpoint": endpoint, "seed": seed, "schedule_lag_p99_ms": lag_p99,
+                    "schedule_ok": concurrency is not None or lag_p99 <= lag_tolerance_ms,
+                    "replay_workers": _with_lag(accounts, records, reqs, workers)})
     summary["interrupted"] = interrupted
     write_json(out / "summary.json", summary)
     if interrupted:
         raise KeyboardInterrupt
+    lost = [a for a in accounts if a["state"] == "lost"]
+    if lost:
+        why = "; ".join(f"worker {a['worker']}: {a['lost_because']}" for a in lost)
+        console.print(f"[bold red]{len(lost)} of {len(accounts)} replay workers lost[/] ({escape(why)}): their "
+                      f"{sum(a['requests'] for a in lost)} requests are failed records (worker_lost)")
     if not summary["schedule_ok"]:
         console.print(f"[bold red]schedule lag p99 {lag_p99:.1f} ms exceeds {lag_tolerance_ms} ms[/]: "
                       "the client fell behind; latencies are not trustworthy")
     return summary
 
 
-def _sent(outcomes: list) -> list:
-    """The requests that were sent; one still in flight at Ctrl-C is failed as 'interrupted'."""
-    sent = [o for o in outcomes if not math.isnan(o.send_s)]
-    for o in sent:
-        if not o.failure and not o.token_times_s:  # the client's cancellation did not reach it
-            o.failure = "interrupted"
-    return sent
+def _progress(bar: Progress, task) -> Callable[[bool, float | None], None]:
+    counts, ttfts = {"done": 0, "failed": 0}, []
+
+    def on_progress(failed: bool, ttft_ms: float | None) -> None:
+        counts["failed" if failed else "done"] += 1
+        if ttft_ms is not None:
+            bisect.insort(ttfts, ttft_ms)
+        p50 = ttfts[len(ttfts) // 2] if ttfts else 0
+        p90 = ttfts[int(len(ttfts) * 0.9)] if ttfts else 0
+        bar.update(task, advance=1, description=f"done {counts['done']} failed {counts['failed']} "
+                                                f"TTFT p50 {p50:.0f} p90 {p90:.0f} ms")
+    return on_progress
+
+
+def _replay_here(endpoint: str, model: str, reqs: list, concurrency: int | None, timeout_s: float, pipeline: str,
+                 on_progress) -> tuple:
+    """One client in this process: (records, [its account], interrupted)."""
+    from pddbench.live.shards import session_key
+
+    client = ReplayClient(endpoint, model, timeout_s=timeout_s)
+    outcomes: list = []
+    interrupted = False
+
+    def on_done(o) -> None:
+        ok = not o.failure and bool(o.token_times_s)
+        on_progress(not ok, (o.token_times_s[0] - o.send_s) * 1000 if ok else None)
+    try:
+        run_sync(client.run(reqs, concurrency, on_done, outcomes))
+    except KeyboardInterrupt:  # keep what was measured; requests in flight are failed as interrupted
+        interrupted = True
+        outcomes = keep_sent(outcomes)
+    account = {"worker": 0, "requests": len(reqs), "sessions": len({session_key(r) for r in reqs}), "state": "done",
+               "interrupted": interrupted, "clock_offset_ms": 0.0, "clock_rtt_ms": 0.0, "lost_because": ""}
+    return to_frame([outcome_record(o, pipeline) for o in outcomes]), [account], interrupted
+
+
+def _lag_p99(records) -> float:
+    sent = records.loc[records["failure_reason"] != "worker_lost", "schedule_lag_ms"]
+    return round(float(sent.quantile(0.99)), 3) if len(sent) else 0.0
+
+
+def _with_lag(accounts: list[dict], records, reqs: list, workers: int) -> list[dict]:
+    """Each worker's account with its own schedule lag p99 (its requests' records)."""
+    from pddbench.live.shards import assign_sessions
+
+    owner = assign_sessions(reqs, workers)
+    by_worker = dict(zip((r.request_id for r in reqs), owner))
+    worker_of = records["request_id"].map(by_worker)
+    return [{**a, "schedule_lag_p99_ms": _lag_p99(records[worker_of == a["worker"]])} for a in accounts]
 
 
 def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, results: Path,
@@ -105,6 +143,7 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
         raise UserError("choose one of --time-scale, --rate, --concurrency")
     if options.get("arrival", "poisson") not in ("constant", "poisson", "gamma"):
         raise UserError(f"--arrival '{options['arrival']}': choose constant, poisson or gamma")
+    _check_workers(options.get("workers", 1), options.get("concurrency"))
     check_out_options(out, results)
     reqs = load_trace(trace_path, options.get("block_size", 512))
     with run_folder(out, results, "replay") as folder:
@@ -119,6 +158,17 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
         reasons = ", ".join(f"{k} x{v}" for k, v in summary["failure_reasons"].items())
         raise RunFailed(f"every request failed ({reasons}); records and summary in {folder.path}")
     return summary, folder.path
+
+
+def _check_workers(workers: int, concurrency: int | None) -> None:
+    from pddbench.core.errors import UserError
+    from pddbench.live.shards import MAX_WORKERS
+
+    if not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers {workers}: give 1 to {MAX_WORKERS} (processes on this host)")
+    if concurrency is not None and concurrency < workers:
+        raise UserError(f"--concurrency {concurrency} is shared among --workers {workers}: give at least one "
+                        "request in flight per worker, or fewer workers")
 
 
 def check_endpoint(url: str, option: str) -> None:

@@ -1,0 +1,160 @@
+"""`pddbench replay --workers N`: sessions split whole over worker processes on one schedule, one
+run folder; against the real fixed-latency endpoint (a process on a loopback socket)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from pddbench.live.client import LiveRequest
+from pddbench.live.net import free_port, wait_port
+from pddbench.live.shards import assign_sessions, session_key
+from pddbench.metrics.records import read_records
+from pddbench.workload.synth import SynthConfig, synthesize
+from tests.conftest import REPO, run_cli
+
+
+def _requests(trace) -> list[LiveRequest]:
+    return [LiveRequest(i, i * 0.01, [1], 1, [], -1 if r.session_id is None else r.session_id,
+                        -1 if r.turn is None else r.turn) for i, r in enumerate(trace)]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 7])
+def test_sessions_stay_whole_balanced_and_the_same_each_time(workers):
+    reqs = _requests(synthesize(SynthConfig(requests=600, seed=5)))
+    owner = assign_sessions(reqs, workers)
+    assert owner == assign_sessions(reqs, workers)  # the same trace: the same split
+    by_session: dict = {}
+    for r, w in zip(reqs, owner):
+        by_session.setdefault(session_key(r), set()).add(w)
+    assert all(len(ws) == 1 for ws in by_session.values())  # every turn of a session on one worker
+    assert any(r.session_id < 0 for r in reqs) and any(r.session_id >= 0 for r in reqs)
+    loads = [owner.count(w) for w in range(workers)]
+    largest = max(sum(1 for r in reqs if session_key(r) == k) for k in by_session)
+    assert max(loads) - min(loads) <= largest  # greedy balance: within one session of each other
+
+
+def _trace(path, n: int, gap_ms: int, sessions: int) -> None:
+    """n requests gap_ms apart; request i in session i % sessions (every 5th has none)."""
+    lines = []
+    for i in range(n):
+        row = {"timestamp": i * gap_ms, "input_length": 100, "output_length": 4, "hash_ids": [1 + i]}
+        if i % 5:
+            row.update(session_id=i % sessions, turn=i // sessions)
+        lines.append(json.dumps(row) + "\n")
+    path.write_text("".join(lines))
+
+
+@pytest.fixture
+def server():
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(port),
+                            "--ttft-ms", "5", "--itl-ms", "1", "--log-requests"], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_port("127.0.0.1", port, timeout_s=20)
+        yield srv, f"http://127.0.0.1:{port}"
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
+def test_workers_give_one_run_folder_like_a_single_process(tmp_path, server):
+    _, url = server
+    trace = tmp_path / "t.jsonl"
+    _trace(trace, 60, 20, 7)
+    folders = {}
+    for workers in (1, 3):
+        out = folders[workers] = tmp_path / f"w{workers}"
+        res = run_cli("replay", "--endpoint", url, "--trace", trace, "--model", "fixed", "--workers", str(workers),
+                      "--out", out)
+        assert res.returncode == 0, res.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["records.parquet", "summary.json"]  # no shard left
+    one, three = (read_records(folders[w] / "records.parquet") for w in (1, 3))
+    assert list(one.columns) == list(three.columns) and (one.dtypes == three.dtypes).all()
+    assert three["request_id"].tolist() == list(range(60)) and not three["failed"].any()
+    summary = json.loads((folders[3] / "summary.json").read_text())
+    accounts = summary["replay_workers"]
+    assert [a["worker"] for a in accounts] == [0, 1, 2] and all(a["state"] == "done" for a in accounts)
+    assert sum(a["requests"] for a in accounts) == 60
+    assert sum(a["sessions"] for a in accounts) == 7 + 12  # 7 sessions and 12 requests without one
+    assert all(a["clock_rtt_ms"] is not None and a["clock_rtt_ms"] >= 0 for a in accounts)
+    single = json.loads((folders[1] / "summary.json").read_text())
+    assert set(single) == set(summary) and len(single["replay_workers"]) == 1
+    # a session's turns leave in the trace's order, on the one schedule all workers share
+    sessions = three[three["session_id"] >= 0].sort_values(["session_id", "turn"])
+    assert (sessions.groupby("session_id")["arrival_ms"].diff().dropna() > 0).all()
+    assert (three["arrival_ms"] - three["schedule_lag_ms"]).round(6).tolist() == [i * 20.0 for i in range(60)]
+
+
+def _replay(url, trace, out, *extra) -> subprocess.Popen:
+    # a shell's background job starts with SIGINT ignored, which Python would keep: restore it
+    return subprocess.Popen([sys.executable, "-m", "pddbench", "replay", "--endpoint", url, "--trace", str(trace),
+                             "--model", "fixed", "--out", str(out), *extra], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _workers_of(proc: subprocess.Popen) -> list[psutil.Process]:
+    return [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+
+
+def _served(srv, n: int) -> None:
+    for _ in range(n):
+        assert srv.stdout.readline().strip() == "served"
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_what_they_measured(tmp_path, server):
+    srv, url = server
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    _trace(trace, 200, 100, 9)
+    rep = _replay(url, trace, out, "--workers", "3")
+    _served(srv, 8)
+    workers = _workers_of(rep)
+    assert len(workers) == 3
+    rep.send_signal(signal.SIGINT)  # to the parent only, as `kill -INT` does; a terminal reaches all
+    _, err = rep.communicate(timeout=120)
+    assert rep.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted; kept")
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert all(a["state"] == "done" and a["interrupted"] for a in summary["replay_workers"])
+    rec = read_records(out / "records.parquet")
+    assert 6 <= len(rec) < 200 and (~rec["failed"]).sum() >= 6
+    assert not (out / ".shards").exists() and not (out / ".claim").exists()
+
+
+def test_a_worker_that_dies_is_reported_and_the_others_are_kept(tmp_path, server):
+    srv, url = server
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    _trace(trace, 60, 50, 9)
+    rep = _replay(url, trace, out, "--workers", "3")
+    _served(srv, 4)
+    victim = _workers_of(rep)[0]
+    victim.kill()
+    _, err = rep.communicate(timeout=120)
+    assert rep.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert "replay workers lost" in err
+    summary = json.loads((out / "summary.json").read_text())
+    lost = [a for a in summary["replay_workers"] if a["state"] == "lost"]
+    assert len(lost) == 1 and "-9" in lost[0]["lost_because"], summary["replay_workers"]
+    rec = read_records(out / "records.parquet")
+    assert len(rec) == 60
+    assert (rec["failure_reason"] == "worker_lost").sum() == lost[0]["requests"]
+    assert (~rec["failed"]).sum() == 60 - lost[0]["requests"]
+
+
+@pytest.mark.parametrize("args, says", [(["--workers", "65"], "--workers 65"),
+                                        (["--workers", "3", "--concurrency", "2"], "shared among --workers 3"),
+                                        (["--workers", "0"], "--workers")])
+def test_worker_counts_are_checked_before_anything_starts(tmp_path, args, says):
+    trace = tmp_path / "t.jsonl"
+    _trace(trace, 5, 10, 2)
+    res = run_cli("replay", "--endpoint", "http://127.0.0.1:9", "--trace", trace, *args, "--out", tmp_path / "r")
+    assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not (tmp_path / "r").exists()
