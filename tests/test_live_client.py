@@ -152,6 +152,40 @@ def test_replay_bench_runs_against_fixed_endpoint():
     assert res["schedule_lag_ms"]["p50"] >= 0.0
 
 
+def test_replay_bench_with_workers_reports_each_and_the_rates_held(tmp_path):
+    """--workers 1 --workers 2: every rate at both counts, the two workers' requests adding up to
+    the merged ones, and the highest rate held per count consistent with the results."""
+    from tests.conftest import run_cli
+
+    res = run_cli("replay-bench", "--rate", "20", "--rate", "40", "--duration-s", "1", "--arrival", "constant",
+                  "--ttft-ms", "5", "--workers", "2", "--workers", "1", "--max-lag-ms", "1000", "--out", tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    assert report == json.loads((tmp_path / "replay_bench.json").read_text())
+    assert [(r["workers"], r["rate_rps"]) for r in report["results"]] == [(1, 20), (1, 40), (2, 20), (2, 40)]
+    for r in report["results"]:
+        assert r["failed"] == 0 and r["requests"] == r["rate_rps"]
+        assert len(r["per_worker"]) == r["workers"]
+        assert sum(w["requests"] for w in r["per_worker"]) == r["requests"]
+        assert all(w["schedule_lag_ms"]["p99"] is not None for w in r["per_worker"])
+        assert r["ttft_error_ms"]["p50"] > -1.0  # the client's TTFT includes the server's
+    assert report["highest_rate_held_rps"] == {"1": 40, "2": 40}  # a 1 s lag tolerance: every rate held
+    bad = run_cli("replay-bench", "--arrival", "uniform", "--out", tmp_path / "bad")
+    assert bad.returncode == 2 and "--arrival" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_rate_is_held_only_on_schedule_and_without_failures():
+    from pddbench.live.precision import held_schedule
+
+    def res(p99, failed=0):
+        return {"schedule_lag_ms": {"p99": p99}, "failed": failed}
+    assert held_schedule(res(0.5), 1.0) and held_schedule(res(1.0), 1.0)
+    assert not held_schedule(res(1.01), 1.0)
+    assert not held_schedule(res(0.1, failed=1), 1.0)  # a failed request was never measured
+    assert not held_schedule(res(None), 1.0)  # nothing sent
+
+
 def test_replay_cli_against_fixed_endpoint(tmp_path):
     import subprocess
     import sys

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from pddbench.core.io import write_json
 from pddbench.live.client import LiveRequest, ReplayClient, keep_sent, outcome_record, run_sync
 from pddbench.live.prompts import prompt_tokens
-from pddbench.live.schedule import at_rate, from_trace
+from pddbench.live.schedule import ARRIVALS, at_rate, from_trace
 from pddbench.metrics.summary import summarize
 from pddbench.metrics.records import to_frame, write_records
 from pddbench.workload.trace import Request
@@ -141,8 +141,8 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     check_endpoint(endpoint, "--endpoint")
     if sum(options.get(k) is not None for k in ("time_scale", "rate", "concurrency")) > 1:
         raise UserError("choose one of --time-scale, --rate, --concurrency")
-    if options.get("arrival", "poisson") not in ("constant", "poisson", "gamma"):
-        raise UserError(f"--arrival '{options['arrival']}': choose constant, poisson or gamma")
+    if options.get("arrival", "poisson") not in ARRIVALS:
+        raise UserError(f"--arrival '{options['arrival']}': choose {', '.join(ARRIVALS)}")
     _check_workers(options.get("workers", 1), options.get("concurrency"))
     check_out_options(out, results)
     reqs = load_trace(trace_path, options.get("block_size", 512))

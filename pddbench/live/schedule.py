@@ -14,12 +14,17 @@ def from_trace(reqs: list[Request], time_scale: float = 1.0) -> list[float]:
     return [(r.timestamp_ms - t0) / 1000.0 / time_scale for r in reqs]
 
 
+ARRIVALS = ("constant", "poisson", "gamma")
+
+
 def at_rate(n: int, rate_rps: float, arrival: Literal["constant", "poisson", "gamma"] = "poisson",
             seed: int = 0, gamma_shape: float = 0.5) -> list[float]:
     """n arrivals at mean rate: 'constant' is exactly evenly spaced (not random), 'poisson' has
     exponential gaps, 'gamma' gaps with the given shape (burstier below 1)."""
     if rate_rps <= 0:
         raise ValueError("rate must be > 0")
+    if arrival not in ARRIVALS:
+        raise ValueError(f"arrival {arrival!r}: choose {', '.join(ARRIVALS)}")
     rng = random.Random(seed)
     t, out = 0.0, []
     for _ in range(n):

@@ -60,11 +60,14 @@ def assign_sessions(reqs: list[LiveRequest], workers: int) -> list[int]:
 
 
 def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: int, shard_dir: Path, *,
-                   concurrency: int | None, timeout_s: float, pipeline: str,
-                   on_progress: Progress) -> tuple[pd.DataFrame, list[dict], bool]:
+                   concurrency: int | None, timeout_s: float, pipeline: str, on_progress: Progress,
+                   cpus: list[set[int]] | None = None,
+                   server_ttft_ms: dict[int, float] | None = None) -> tuple[pd.DataFrame, list[dict], bool]:
     """Send `reqs` from `workers` processes; returns (records of every request, one account per
     worker, interrupted). Ctrl-C stops the workers, keeps what they measured and returns
-    interrupted=True; the caller writes the summary and re-raises."""
+    interrupted=True; the caller writes the summary and re-raises. `cpus` pins worker k to
+    cpus[k % len(cpus)]; `server_ttft_ms`, when given, is filled with the TTFT each request's
+    server reported of itself (`server_timing`, the fixed-latency endpoint's), by request id."""
     import multiprocessing as mp
 
     owner = assign_sessions(reqs, workers)
@@ -80,7 +83,8 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
             for (k, part), share in zip(parts, shares):
                 here, there = ctx.Pipe()
                 proc = ctx.Process(target=_worker, name=f"pddbench-replay-{k}", daemon=True,
-                                   args=(k, endpoint, model, timeout_s, part, share, pipeline, there, str(shard_dir)))
+                                   args=(k, endpoint, model, timeout_s, part, share, pipeline, there, str(shard_dir),
+                                         cpus[k % len(cpus)] if cpus else None))
                 proc.start()
                 there.close()
                 pool.add(k, proc, here, part)
@@ -96,6 +100,9 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
             pool.stop(on_progress)
     finally:
         pool.close()
+    if server_ttft_ms is not None:
+        for w in pool.workers:
+            server_ttft_ms.update(w["server_ttft_ms"])
     return _merge(pool, shard_dir, pipeline), pool.accounts(), interrupted
 
 
@@ -113,7 +120,8 @@ class _Pool:
 
     def add(self, index: int, proc, conn, reqs: list[LiveRequest]) -> None:
         self.workers.append({"worker": index, "proc": proc, "conn": conn, "reqs": reqs, "state": "starting",
-                             "interrupted": False, "clock_offset_ms": None, "clock_rtt_ms": None, "why": ""})
+                             "interrupted": False, "clock_offset_ms": None, "clock_rtt_ms": None, "why": "",
+                             "server_ttft_ms": {}})
 
     def until(self, settled: Callable[[dict], bool], timeout_s: float, on_progress: Progress) -> None:
         """Handle the workers' messages until every worker is settled; past timeout_s the
@@ -144,7 +152,7 @@ class _Pool:
                 elif msg[0] == "ready":
                     w["state"] = "ready"
                 elif msg[0] == "done":
-                    w["state"], w["interrupted"] = "done", msg[1]
+                    w["state"], w["interrupted"], w["server_ttft_ms"] = "done", msg[1], msg[2]
                 elif msg[0] == "failed":
                     self._lose(w, msg[1])
         except (EOFError, OSError):
@@ -239,7 +247,8 @@ def _merge(pool: _Pool, shard_dir: Path, pipeline: str) -> pd.DataFrame:
 # --- the worker's side (a spawned process) ---
 
 def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[LiveRequest],
-            concurrency: int | None, pipeline: str, conn, shard_dir: str) -> None:
+            concurrency: int | None, pipeline: str, conn, shard_dir: str, cpus: set[int] | None) -> None:
+    import os
     import traceback
 
     from pddbench.live.client import ReplayClient, keep_sent, run_sync
@@ -249,6 +258,8 @@ def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     outcomes: list[Outcome] = []
     interrupted = False
     try:
@@ -265,7 +276,8 @@ def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what was measured is written whole
         write_records(Path(shard_dir) / f"worker-{index}.parquet",
                       to_frame([outcome_record(o, pipeline) for o in outcomes]))
-        conn.send(("done", interrupted))
+        conn.send(("done", interrupted, {o.req.request_id: float(o.server["ttft_ms"]) for o in outcomes
+                                         if not o.failure and isinstance(o.server.get("ttft_ms"), (int, float))}))
     except KeyboardInterrupt:
         conn.send(("failed", "stopped before it had written its records"))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which marks the worker lost
