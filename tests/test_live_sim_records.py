@@ -20,16 +20,21 @@ pytestmark = [
 ]
 KV_BYTES_PER_TOKEN = 2048  # the tiny model's (pddbench model tiny), as the twin states it
 
-# 512-token blocks (live base). Spaced so each request meets an idle deployment.
+# 512-token blocks (live base). Spaced so each request meets an idle deployment. Three sessions,
+# replayed by two client processes (live.replay_workers): session 1 on one, sessions 2 and 3 on
+# the other (whole sessions, largest first).
 TRACE = [
     # 0: low hit, long output: relayed, then handed over to MD once MD has the KV
-    {"timestamp": 0, "input_length": 2048, "output_length": 800, "hash_ids": [1, 2, 3, 4]},
+    {"timestamp": 0, "input_length": 2048, "output_length": 800, "hash_ids": [1, 2, 3, 4], "session_id": 1, "turn": 0},
     # 1: the same prompt again: MD holds it, nothing to send -> P->MD
-    {"timestamp": 12000, "input_length": 2048, "output_length": 16, "hash_ids": [1, 2, 3, 4]},
+    {"timestamp": 12000, "input_length": 2048, "output_length": 16, "hash_ids": [1, 2, 3, 4], "session_id": 1,
+     "turn": 1},
     # 2: low hit, two tokens out: the relay finishes long before the KV could reach MD
-    {"timestamp": 15000, "input_length": 2048, "output_length": 2, "hash_ids": [10, 11, 12, 13]},
+    {"timestamp": 15000, "input_length": 2048, "output_length": 2, "hash_ids": [10, 11, 12, 13], "session_id": 2,
+     "turn": 0},
     # 3: long, uncached, two tokens out: a singular flow (live/pdd.yaml: >= 4096 in, <= 4 out)
-    {"timestamp": 18000, "input_length": 4500, "output_length": 2, "hash_ids": list(range(20, 29))},
+    {"timestamp": 18000, "input_length": 4500, "output_length": 2, "hash_ids": list(range(20, 29)), "session_id": 3,
+     "turn": 0},
 ]
 
 SIM_TWIN = """\
@@ -57,7 +62,8 @@ latency:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
+def runs(tmp_path_factory):
+    """(sim records, live records, live run folder)."""
     from pddbench.live.tiny_model import build_tiny_model_subprocess
 
     tmp = tmp_path_factory.mktemp("records")
@@ -71,10 +77,15 @@ def both(tmp_path_factory):
     assert res.returncode == 0, res.stderr[-3000:]
     tiny = build_tiny_model_subprocess(tmp / "tiny")
     res = run_cli("run", "live/pdd", *common, "--set", f"live.model_dir={tiny}", "--set", "live.load=null",
-                  "--set", "live.time_scale=1", "--set", "live.calibrate_probes=10", "--out", tmp / "live",
-                  timeout=1200)
+                  "--set", "live.time_scale=1", "--set", "live.calibrate_probes=10", "--set", "live.replay_workers=2",
+                  "--out", tmp / "live", timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
-    return read_records(tmp / "sim" / "records.parquet"), read_records(tmp / "live" / "records.parquet")
+    return read_records(tmp / "sim" / "records.parquet"), read_records(tmp / "live" / "records.parquet"), tmp / "live"
+
+
+@pytest.fixture(scope="module")
+def both(runs):
+    return runs[:2]
 
 
 LABELS = ["pipeline", "handoff_mode", "singular_flow", "transfer_aborted", "transfer_abort_reason", "failed"]
@@ -115,3 +126,18 @@ def test_byte_accounting_and_derived_times_mean_the_same(both):
         # not cross (the simulator stops the transfer; vLLM cannot stop a NIXL read, so live saves 0)
         assert relay_finish["transfer_abort_reason"] == "relay_finish"
         assert relay_finish["wan_kv_bytes"] + relay_finish["wan_kv_bytes_saved"] == 2048 * KV_BYTES_PER_TOKEN
+
+
+def test_two_replay_workers_send_whole_sessions_in_order(runs):
+    """Through the PDD router with two client processes: each session's turns left from one
+    worker in the trace's order, on the trace's schedule, and the records are those of one replay."""
+    _, live, folder = runs
+    summary = json.loads((folder / "summary.json").read_text())
+    accounts = summary["replay_workers"]
+    assert [(a["worker"], a["state"], a["requests"], a["sessions"]) for a in accounts] == [(0, "done", 2, 1),
+                                                                                      (1, "done", 2, 2)]
+    assert live["request_id"].tolist() == [0, 1, 2, 3]
+    assert live["session_id"].tolist() == [1, 1, 2, 3] and live["turn"].tolist() == [0, 1, 0, 0]
+    intended_ms = (live["arrival_ms"] - live["schedule_lag_ms"]).tolist()
+    assert intended_ms == pytest.approx([r["timestamp"] for r in TRACE], abs=1e-3)
+    assert not live["failed"].any()

@@ -149,6 +149,24 @@ def test_a_worker_that_dies_is_reported_and_the_others_are_kept(tmp_path, server
     assert (~rec["failed"]).sum() == 60 - lost[0]["requests"]
 
 
+def test_workers_end_when_the_replay_is_killed(tmp_path, server):
+    """SIGKILL leaves the parent no chance to stop its workers: they must go by themselves (a
+    live run's client dies this way when the run is killed), not go on sending."""
+    srv, url = server
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    _trace(trace, 3000, 100, 9)  # 5 minutes of sending left to do
+    rep = _replay(url, trace, out, "--workers", "2")
+    _served(srv, 4)
+    workers = _workers_of(rep)
+    assert len(workers) == 2
+    rep.kill()
+    rep.communicate(timeout=60)
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    for w in alive:
+        w.kill()
+    assert not alive, [w.cmdline() for w in alive]
+
+
 @pytest.mark.parametrize("args, says", [(["--workers", "65"], "--workers 65"),
                                         (["--workers", "3", "--concurrency", "2"], "shared among --workers 3"),
                                         (["--workers", "0"], "--workers")])

@@ -24,6 +24,8 @@ def _replay_args(cfg: LiveConfig, endpoint: str, model: str, trace: Path, out: P
         args += ["--concurrency", str(cfg.concurrency)]
     if cfg.duration_s:
         args += ["--duration-s", str(cfg.duration_s)]
+    if cfg.replay_workers > 1:
+        args += ["--workers", str(cfg.replay_workers)]
     return args
 
 

@@ -41,7 +41,8 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
     records = read_records(run_dir / "records.parquet")
     summary = summarize(records, deployment=kind, sla_ttft_ms=sc.sla.ttft_ms, sla_tpot_ms=sc.sla.tpot_ms,
                         sla_percentile_q=sc.sla.percentile)
-    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted")})
+    summary.update({k: replay_summary[k] for k in ("endpoint", "schedule_lag_p99_ms", "schedule_ok", "interrupted",
+                                                        "replay_workers")})
     summary.update({"scenario": sc.name, "seed": sc.seed, "deployment": kind, "runtime": "live", "engine_metrics": engine_metrics,
                     "link_calibration": calibration, "model_dir": _within(model_dir, run_dir), "cost_per_hour": None,
                     # the served model's, as the router and calibration used it (the simulator's twin takes it)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -84,7 +85,7 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
                 here, there = ctx.Pipe()
                 proc = ctx.Process(target=_worker, name=f"pddbench-replay-{k}", daemon=True,
                                    args=(k, endpoint, model, timeout_s, part, share, pipeline, there, str(shard_dir),
-                                         cpus[k % len(cpus)] if cpus else None))
+                                         cpus[k % len(cpus)] if cpus else None, os.getpid()))
                 proc.start()
                 there.close()
                 pool.add(k, proc, here, part)
@@ -247,8 +248,8 @@ def _merge(pool: _Pool, shard_dir: Path, pipeline: str) -> pd.DataFrame:
 # --- the worker's side (a spawned process) ---
 
 def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[LiveRequest],
-            concurrency: int | None, pipeline: str, conn, shard_dir: str, cpus: set[int] | None) -> None:
-    import os
+            concurrency: int | None, pipeline: str, conn, shard_dir: str, cpus: set[int] | None,
+            parent: int) -> None:
     import traceback
 
     from pddbench.live.client import ReplayClient, keep_sent, run_sync
@@ -258,6 +259,7 @@ def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    _die_with_parent(parent)
     if cpus:
         os.sched_setaffinity(0, cpus)
     outcomes: list[Outcome] = []
@@ -282,6 +284,19 @@ def _worker(index: int, endpoint: str, model: str, timeout_s: float, reqs: list[
         conn.send(("failed", "stopped before it had written its records"))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which marks the worker lost
         conn.send(("failed", f"{type(exc).__name__}: {exc} | " + " ".join(traceback.format_exc().split())[-400:]))
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this worker when the parent dies, even by SIGKILL (Linux: PR_SET_PDEATHSIG), so no
+    worker goes on sending after the run is gone; a parent already gone ends it now."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the pipe's EOF still ends the worker at its next message
+    if os.getppid() != parent:
+        raise SystemExit(0)
 
 
 async def _start_instant(conn) -> float:

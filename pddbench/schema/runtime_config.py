@@ -92,6 +92,9 @@ class LiveConfig(BaseModel):
             other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
             if other:
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        if self.concurrency is not None and self.concurrency < self.replay_workers:
+            raise ValueError(f"live.concurrency {self.concurrency} < live.replay_workers {self.replay_workers}: "
+                             "each worker keeps at least one request in flight")
         return self
 
     model_dir: str | None = Field(None, description="served model; unset builds the tiny random model in the run folder")
@@ -105,6 +108,9 @@ class LiveConfig(BaseModel):
     probe_concurrency: int = Field(4, ge=1, le=256, description="live.load: probe requests in flight at a time")
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     concurrency: int | None = Field(None, ge=1)
+    replay_workers: int = Field(1, ge=1, le=64, description=(
+        "client processes that send the replay (`pddbench replay --workers`): whole sessions each, on one "
+        "schedule, merged into one records file; more than one pays off only with free cores beside the engines"))
     duration_s: float | None = Field(None, gt=0)
     vocab_lo: int = 16
     vocab_hi: int = 1024
