@@ -450,6 +450,10 @@ def replay_bench_cmd(
     max_lag_ms: float = typer.Option(1.0, "--max-lag-ms", min=0.0,
                                      help="A rate is held on schedule when its schedule lag p99 is at most "
                                      "this and no request failed."),
+    against_vllm_bench: bool = typer.Option(
+        False, "--against-vllm-bench",
+        help="Also drive the same endpoint at the same rates with vLLM's own `vllm bench serve` (pinned alike) "
+        "and print both tools side by side; says why where it cannot run."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write replay_bench.json here."),
 ) -> None:
     """Measure the replay client against a fixed-latency streaming endpoint (the endpoint pinned to
@@ -457,15 +461,18 @@ def replay_bench_cmd(
     schedule lag, p50/p99, merged and per worker; the highest of the given rates each worker count
     held on schedule. The endpoint takes a core of its own: with N workers on a host of N cores or
     fewer, the workers share cores, and the figures say so. Prints JSON on stdout."""
-    from pddbench.live.precision import describe, replay_bench
+    from pddbench.live.precision import describe, describe_side_by_side, replay_bench
     from pddbench.live.schedule import ARRIVALS
 
     if arrival not in ARRIVALS:
         raise UserError(f"--arrival '{arrival}': choose {', '.join(ARRIVALS)}")
     workers = sorted(set(workers))
-    report = replay_bench(rate, duration_s, arrival, ttft_ms, out, workers=workers, max_lag_ms=max_lag_ms)
+    report = replay_bench(rate, duration_s, arrival, ttft_ms, out, workers=workers, max_lag_ms=max_lag_ms,
+                          against_vllm_bench=against_vllm_bench)
     for res in report["results"]:
         console.print(describe(res), highlight=False)
+    for line in describe_side_by_side(report):
+        console.print(line, highlight=False)
     for n, held in report["highest_rate_held_rps"].items():
         console.print(f"{n} worker(s): highest rate held on schedule (lag p99 <= {max_lag_ms:g} ms) "
                       f"{'none of those asked' if held is None else f'{held:g} req/s'}", highlight=False)

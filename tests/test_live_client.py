@@ -1,6 +1,7 @@
 """Replay client pieces and the client against real local HTTP servers (loopback sockets)."""
 
 import asyncio
+import importlib.util
 import json
 import math
 
@@ -173,6 +174,46 @@ def test_replay_bench_with_workers_reports_each_and_the_rates_held(tmp_path):
     bad = run_cli("replay-bench", "--arrival", "uniform", "--out", tmp_path / "bad")
     assert bad.returncode == 2 and "--arrival" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_send_rate_counts_gaps_first_to_last():
+    from pddbench.live.precision import send_rate
+
+    assert send_rate([0.0, 0.01, 0.02, 0.03]) == pytest.approx(100.0)
+    assert send_rate([5.0, 3.0, 4.0]) == pytest.approx(1.0)  # order does not matter
+    assert send_rate([1.0]) is None and send_rate([]) is None and send_rate([2.0, 2.0]) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (`make test` installs it)")
+def test_replay_bench_against_vllm_bench_side_by_side(tmp_path):
+    """vLLM's own tool at the same rate on the same endpoint: every one of its requests matched to
+    the server's timing, its send rate near the asked one, both tools printed side by side."""
+    from tests.conftest import run_cli
+
+    res = run_cli("replay-bench", "--rate", "40", "--duration-s", "1", "--ttft-ms", "5", "--against-vllm-bench",
+                  "--out", tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((tmp_path / "replay_bench.json").read_text())
+    [theirs] = report["vllm_bench"]["results"]
+    assert theirs["tool"] == "vllm bench serve" and theirs["requests"] == 40 and theirs["failed"] == 0
+    assert 20 <= theirs["achieved_send_rate_rps"] <= 80
+    assert theirs["ttft_error_ms"]["p50"] > -1.0 and theirs["schedule_lag_ms"] is None
+    [ours] = report["results"]
+    assert ours["tool"] == "pddbench" and ours["achieved_send_rate_rps"] == pytest.approx(40, rel=0.2)
+    assert "side by side" in res.stderr and "vllm bench serve" in res.stderr.split("side by side")[1]
+
+
+def test_vllm_bench_side_says_why_it_cannot_run(monkeypatch):
+    import importlib.util as util
+
+    from pddbench.live import precision
+
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    side = precision._vllm_bench_side([10.0], 1.0, "poisson", 5.0, None)
+    assert side == {"unavailable": "vLLM is not installed (`make test` installs it)"}
+    lines = precision.describe_side_by_side({"results": [], "vllm_bench": side})
+    assert lines == ["vllm bench serve could not run here: vLLM is not installed (`make test` installs it)"]
 
 
 def test_a_rate_is_held_only_on_schedule_and_without_failures():

@@ -30,6 +30,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         first_sent = first_sent or time.monotonic()
     timing = {"recv_s": recv, "first_sent_s": first_sent, "ttft_ms": (first_sent - recv) * 1000}
+    if "x-request-id" in request.headers:  # a client that ignores server_timing can ask for it afterwards
+        cfg.timings[request.headers["x-request-id"]] = timing
     usage = {"prompt_tokens": len(body.get("prompt") or []), "completion_tokens": n}
     await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage, "server_timing": timing}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
@@ -42,14 +44,20 @@ async def models(_request: web.Request) -> web.Response:
     return web.json_response({"data": [{"id": "fixed"}]})
 
 
+async def timings(request: web.Request) -> web.Response:
+    """The server's own timing of every request that carried an x-request-id header."""
+    return web.json_response(request.app[CFG].timings)
+
+
 CFG = web.AppKey("cfg", argparse.Namespace)
 
 
 def make_app(ttft_ms: float, itl_ms: float, log_requests: bool = False) -> web.Application:
     app = web.Application()
-    app[CFG] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms, log_requests=log_requests)
+    app[CFG] = argparse.Namespace(ttft_ms=ttft_ms, itl_ms=itl_ms, log_requests=log_requests, timings={})
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/pddbench/timings", timings)
     return app
 
 
