@@ -231,7 +231,8 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
     from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
     from pddbench.core.provenance import provenance
     from pddbench.reproduce.crossover_figure import crossover_figure, frontier_figure
-    from pddbench.sweep.executors import check_ray_option, make_executor
+    from pddbench.core.ray_cluster import check_ray_option
+    from pddbench.sweep.executors import make_executor
 
     check_out_options(out, results)
     axes = cx.parse_axes(axes_text)

@@ -353,7 +353,7 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     from pddbench.reproduce.ledger_report import report_html, report_markdown
     from pddbench.reproduce.ledger_report import update_readme as write_readme
     from pddbench.reproduce.sensitivity import describe_map
-    from pddbench.sweep.executors import check_ray_option
+    from pddbench.core.ray_cluster import check_ray_option
 
     cfg = Settings.make(full, jobs, ray, requests, seeds)
     check_ray_option(ray)  # an unreachable --ray cluster: one line, before the run folder is made

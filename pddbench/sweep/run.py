@@ -17,7 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pddbench.core.errors import Interrupted, UserError
 from pddbench.core.io import (CLAIM, check_out_place, claim_out_folder, discard_folder, new_run_dir, release_claim,
                          write_json, write_text)
-from pddbench.sweep.executors import Executor, check_ray_option, make_executor
+from pddbench.core.ray_cluster import check_ray_option
+from pddbench.sweep.executors import Executor, make_executor
 from pddbench.sweep.payload import make_payload
 from pddbench.sweep.points import PointStore, build_table, timings, write_table
 from pddbench.sweep.report import write_report
