@@ -394,6 +394,9 @@ def replay_cmd(
                                 "Whole sessions are split among them (a session's turns in order, from one "
                                 "worker), all on one schedule; their records are merged into one run folder. "
                                 "With --concurrency, the N in flight are shared among the workers."),
+    ray: bool = typer.Option(False, "--ray", help="The --workers are Ray actors, spread over $RAY_ADDRESS's "
+                             "cluster's nodes (load generators on several machines; each node's clock offset "
+                             "is measured and the schedule shared), else over a local Ray runtime."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: a new results/replay/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
 ) -> None:
@@ -410,7 +413,7 @@ def replay_cmd(
     summary, folder = replay_trace(endpoint, model, trace, out, results, block_size=block_size,
                                    vocab=(vocab_lo, vocab_hi), time_scale=time_scale, rate=rate, arrival=arrival,
                                    concurrency=concurrency, duration_s=duration_s, seed=seed, timeout_s=timeout_s,
-                                   pipeline=pipeline, workers=workers)
+                                   pipeline=pipeline, workers=workers, ray="" if ray else None)
     print_summary(summary)
     console.print(f"[green]wrote[/] {folder}")
 

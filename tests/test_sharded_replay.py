@@ -176,3 +176,87 @@ def test_worker_counts_are_checked_before_anything_starts(tmp_path, args, says):
     res = run_cli("replay", "--endpoint", "http://127.0.0.1:9", "--trace", trace, *args, "--out", tmp_path / "r")
     assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / "r").exists()
+
+
+# --- the same on Ray: actors on a local Ray runtime (a cluster's nodes in production) ---
+
+def _ray_processes() -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "raylet|gcs_server|ray::ReplayActor"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def ray_free(monkeypatch):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'pddbench[cluster]')")
+    if _ray_processes():
+        pytest.skip("another Ray runtime runs on this machine")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    yield
+    assert not _ray_processes(), "a Ray process outlived the replay"
+
+
+def test_ray_actors_give_the_records_of_process_workers(tmp_path, server, ray_free):
+    """--workers 3 --ray: the same sessions per worker, schema, order and schedule as --workers 3
+    on this host; every worker's clock offset measured; no Ray process left."""
+    _, url = server
+    trace = tmp_path / "t.jsonl"
+    _trace(trace, 60, 20, 7)
+    for where in ("local", "ray"):
+        res = run_cli("replay", "--endpoint", url, "--trace", trace, "--model", "fixed", "--workers", "3",
+                      *(["--ray"] if where == "ray" else []), "--out", tmp_path / where, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+    local, ray = (read_records(tmp_path / w / "records.parquet") for w in ("local", "ray"))
+    assert list(local.columns) == list(ray.columns) and (local.dtypes == ray.dtypes).all()
+    assert ray["request_id"].tolist() == list(range(60)) and not ray["failed"].any()
+    assert (ray["arrival_ms"] - ray["schedule_lag_ms"]).round(6).tolist() == [i * 20.0 for i in range(60)]
+    accounts = {w: json.loads((tmp_path / w / "summary.json").read_text())["replay_workers"] for w in ("local", "ray")}
+    keep = ("worker", "requests", "sessions", "state")
+    assert [{k: a[k] for k in keep} for a in accounts["ray"]] == [{k: a[k] for k in keep} for a in accounts["local"]]
+    assert all(a["node"] and a["clock_rtt_ms"] > 0 for a in accounts["ray"])
+
+
+def test_a_ray_actor_that_dies_is_reported_and_the_others_are_kept(tmp_path, server, ray_free):
+    srv, url = server
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    _trace(trace, 60, 50, 9)
+    rep = _replay(url, trace, out, "--workers", "3", "--ray")
+    _served(srv, 4)
+    actors = [p for p in psutil.process_iter(["cmdline"]) if "ray::ReplayActor" in " ".join(p.info["cmdline"] or [])]
+    assert len(actors) == 3
+    actors[0].kill()
+    _, err = rep.communicate(timeout=300)
+    assert rep.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert "replay workers lost" in err
+    summary = json.loads((out / "summary.json").read_text())
+    lost = [a for a in summary["replay_workers"] if a["state"] == "lost"]
+    assert len(lost) == 1 and lost[0]["lost_because"], summary["replay_workers"]
+    rec = read_records(out / "records.parquet")
+    assert len(rec) == 60 and (rec["failure_reason"] == "worker_lost").sum() == lost[0]["requests"]
+    assert (~rec["failed"]).sum() >= 60 - lost[0]["requests"] - 2  # the victim's few sent before it died aside
+
+
+def test_ctrl_c_stops_every_ray_actor_and_keeps_what_they_measured(tmp_path, server, ray_free):
+    srv, url = server
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    _trace(trace, 200, 100, 9)
+    rep = _replay(url, trace, out, "--workers", "2", "--ray")
+    _served(srv, 8)
+    rep.send_signal(signal.SIGINT)
+    _, err = rep.communicate(timeout=300)
+    assert rep.returncode == 130 and "Traceback" not in err, err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert all(a["state"] == "done" and a["interrupted"] for a in summary["replay_workers"])
+    rec = read_records(out / "records.parquet")
+    assert 8 <= len(rec) < 200 and (~rec["failed"]).sum() >= 8
+    assert not (out / ".claim").exists()
+
+
+def test_an_unreachable_ray_cluster_is_refused_before_anything(tmp_path, monkeypatch):
+    trace = tmp_path / "t.jsonl"
+    _trace(trace, 5, 10, 2)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
+    res = run_cli("replay", "--endpoint", "http://127.0.0.1:9", "--trace", trace, "--workers", "2", "--ray",
+                  "--out", tmp_path / "r")
+    assert res.returncode == 2 and "no Ray head answers" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()

@@ -4,6 +4,7 @@ same records and summary as the simulator."""
 from __future__ import annotations
 
 import bisect
+import socket
 from pathlib import Path
 from typing import Callable
 
@@ -41,13 +42,21 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
            arrival: str = "poisson", concurrency: int | None = None, duration_s: float | None = None,
            seed: int = 0, timeout_s: float = 600.0, lag_tolerance_ms: float = 10.0,
            sla: tuple[float, float, float] = (2000.0, 100.0, 90.0), pipeline: str = "colocated",
-           workers: int = 1) -> dict:
+           workers: int = 1, ray: str | None = None) -> dict:
+    """Replay into `out` from this process, `workers` processes, or (`ray`: "" for $RAY_ADDRESS's
+    cluster or a local runtime, else a cluster address) `workers` Ray actors."""
     schedule = make_schedule(trace, time_scale, rate, arrival, seed, duration_s)
     reqs = build_requests(trace[: len(schedule)], block_size, vocab, schedule)
     with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
         on_progress = _progress(bar, bar.add_task("", total=len(reqs)))
-        if workers > 1:
+        if ray is not None:
+            from pddbench.live.ray_shards import replay_on_ray
+
+            records, accounts, interrupted = replay_on_ray(
+                endpoint, model, reqs, workers, ray or None, concurrency=concurrency, timeout_s=timeout_s,
+                pipeline=pipeline, on_progress=on_progress)
+        elif workers > 1:
             from pddbench.live.shards import replay_sharded
 
             records, accounts, interrupted = replay_sharded(
@@ -109,7 +118,8 @@ def _replay_here(endpoint: str, model: str, reqs: list, concurrency: int | None,
         interrupted = True
         outcomes = keep_sent(outcomes)
     account = {"worker": 0, "requests": len(reqs), "sessions": len({session_key(r) for r in reqs}), "state": "done",
-               "interrupted": interrupted, "clock_offset_ms": 0.0, "clock_rtt_ms": 0.0, "lost_because": ""}
+               "interrupted": interrupted, "clock_offset_ms": 0.0, "clock_rtt_ms": 0.0, "lost_because": "",
+               "node": socket.gethostname()}
     return to_frame([outcome_record(o, pipeline) for o in outcomes]), [account], interrupted
 
 
@@ -136,6 +146,7 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     from pddbench.core.errors import RunFailed, UserError
     from pddbench.core.io import run_folder
     from pddbench.core.io import check_out_options
+    from pddbench.core.ray_cluster import check_ray_option
     from pddbench.workload.trace import load_trace
 
     check_endpoint(endpoint, "--endpoint")
@@ -145,6 +156,7 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
         raise UserError(f"--arrival '{options['arrival']}': choose {', '.join(ARRIVALS)}")
     _check_workers(options.get("workers", 1), options.get("concurrency"))
     check_out_options(out, results)
+    check_ray_option(options.get("ray"))
     reqs = load_trace(trace_path, options.get("block_size", 512))
     with run_folder(out, results, "replay") as folder:
         try:
@@ -165,7 +177,7 @@ def _check_workers(workers: int, concurrency: int | None) -> None:
     from pddbench.live.shards import MAX_WORKERS
 
     if not 1 <= workers <= MAX_WORKERS:
-        raise UserError(f"--workers {workers}: give 1 to {MAX_WORKERS} (processes on this host)")
+        raise UserError(f"--workers {workers}: give 1 to {MAX_WORKERS}")
     if concurrency is not None and concurrency < workers:
         raise UserError(f"--concurrency {concurrency} is shared among --workers {workers}: give at least one "
                         "request in flight per worker, or fewer workers")

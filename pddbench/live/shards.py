@@ -23,6 +23,7 @@ import heapq
 import math
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,7 @@ STOP_S = 20.0        # a stopped worker writes what it measured within this, or 
 LEAD_S = 0.25        # the common start instant, this long after the last worker is synced
 SYNC_PINGS = 7
 LOST = "worker_lost"
+_HOST = socket.gethostname()
 
 Progress = Callable[[bool, float | None], None]  # (failed, ttft_ms) per finished request
 
@@ -74,7 +76,7 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
     owner = assign_sessions(reqs, workers)
     parts = [(k, [r for r, w in zip(reqs, owner) if w == k]) for k in range(workers)]
     parts = [(k, part) for k, part in parts if part]  # fewer sessions than workers: no idle process
-    shares = _concurrency_shares(concurrency, len(parts))
+    shares = concurrency_shares(concurrency, len(parts))
     shard_dir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
     pool = _Pool()
@@ -107,7 +109,7 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
     return _merge(pool, shard_dir, pipeline), pool.accounts(), interrupted
 
 
-def _concurrency_shares(concurrency: int | None, workers: int) -> list[int | None]:
+def concurrency_shares(concurrency: int | None, workers: int) -> list[int | None]:
     if concurrency is None:
         return [None] * workers
     return [concurrency // workers + (k < concurrency % workers) for k in range(workers)]
@@ -203,7 +205,7 @@ class _Pool:
         return [{"worker": w["worker"], "requests": len(w["reqs"]),
                  "sessions": len({session_key(r) for r in w["reqs"]}), "state": w["state"],
                  "interrupted": w["interrupted"], "clock_offset_ms": w["clock_offset_ms"],
-                 "clock_rtt_ms": w["clock_rtt_ms"], "lost_because": w["why"]} for w in self.workers]
+                 "clock_rtt_ms": w["clock_rtt_ms"], "lost_because": w["why"], "node": _HOST} for w in self.workers]
 
 
 def _clock_offset(conn) -> tuple[float, float]:
