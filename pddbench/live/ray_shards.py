@@ -24,7 +24,7 @@ from typing import Callable
 
 import pandas as pd
 
-from pddbench.live.client import LiveRequest, Outcome, ReplayClient, keep_sent, outcome_record
+from pddbench.live.client import LiveRequest, Outcome, ReplayClient, keep_sent, outcome_record, run_sync
 from pddbench.live.shards import LOST, STOP_S, assign_sessions, concurrency_shares, session_key
 
 LEAD_S = 3.0     # from the last clock sync to the start: the actors warm their connections meanwhile
@@ -81,7 +81,7 @@ class ReplayActor:
             await client.run(reqs, spec["concurrency"], on_done, outcomes, start=start_at)
         interrupted = False
         try:
-            asyncio.run(main())
+            run_sync(main())
         except asyncio.CancelledError:
             interrupted = True
             outcomes = keep_sent(outcomes)
