@@ -331,7 +331,8 @@ def test_a_live_run_records_its_served_models_kv_geometry_and_the_twin_takes_it(
     rec, _ = simulate_summary(load_scenario("live/sim-twin-same-dc-pd", ["workload.synth.requests=10"]))
     write_records(run / "replay" / "records.parquet", rec)
     (run / "replay" / "summary.json").write_text(json.dumps(
-        {"endpoint": "http://127.0.0.1:1", "schedule_lag_p99_ms": 0.0, "schedule_ok": True, "interrupted": False}))
+        {"endpoint": "http://127.0.0.1:1", "schedule_lag_p99_ms": 0.0, "schedule_ok": True, "interrupted": False,
+             "replay_workers": []}))
     summary = live_summary(live_sc, run, [], {}, None, str(model), 3000)
     assert summary["kv_bytes_per_token"] == 3000
     assert json.loads((run / "summary.json").read_text())["kv_bytes_per_token"] == 3000
