@@ -216,6 +216,23 @@ def test_vllm_bench_side_says_why_it_cannot_run(monkeypatch):
     assert lines == ["vllm bench serve could not run here: vLLM is not installed (`make test` installs it)"]
 
 
+@pytest.mark.parametrize("failure", [ValueError("bad json"), OSError(28, "No space left on device"), KeyError("p99")])
+def test_any_failure_on_vllms_side_is_reported_not_raised(monkeypatch, failure):
+    """vLLM's tool failing in any way must not lose pddbench's own figures of the same run."""
+    from pddbench.live import precision, vllm_bench
+
+    from pddbench.live import tiny_model
+
+    monkeypatch.setattr(vllm_bench, "unavailable", lambda: None)
+    monkeypatch.setattr(tiny_model, "build_tiny_model_subprocess", lambda path: path)
+
+    def fails(*_args, **_kwargs):
+        raise failure
+    monkeypatch.setattr(precision, "measure_vllm_bench", fails)
+    side = precision._vllm_bench_side([10.0, 20.0], 1.0, "poisson", 5.0, None)
+    assert list(side) == ["unavailable"] and side["unavailable"].startswith(f"{type(failure).__name__} at 10 req/s")
+
+
 def test_a_rate_is_held_only_on_schedule_and_without_failures():
     from pddbench.live.precision import held_schedule
 

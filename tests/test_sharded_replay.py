@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -108,7 +109,16 @@ def _served(srv, n: int) -> None:
         assert srv.stdout.readline().strip() == "served"
 
 
-def test_ctrl_c_stops_every_worker_and_keeps_what_they_measured(tmp_path, server):
+def _press_ctrl_c(proc: subprocess.Popen, presses: int) -> None:
+    """One Ctrl-C, or a user's impatient burst: the later ones land while the workers stop and
+    write, inside the parent's reads of their messages."""
+    for _ in range(presses):
+        proc.send_signal(signal.SIGINT)  # to the parent only, as `kill -INT` does; a terminal reaches all
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("presses", [1, 6])
+def test_ctrl_c_stops_every_worker_and_keeps_what_they_measured(tmp_path, server, presses):
     srv, url = server
     trace, out = tmp_path / "t.jsonl", tmp_path / "r"
     _trace(trace, 200, 100, 9)
@@ -116,7 +126,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_they_measured(tmp_path, server
     _served(srv, 8)
     workers = _workers_of(rep)
     assert len(workers) == 3
-    rep.send_signal(signal.SIGINT)  # to the parent only, as `kill -INT` does; a terminal reaches all
+    _press_ctrl_c(rep, presses)
     _, err = rep.communicate(timeout=120)
     assert rep.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("interrupted; kept")
@@ -235,13 +245,14 @@ def test_a_ray_actor_that_dies_is_reported_and_the_others_are_kept(tmp_path, ser
     assert (~rec["failed"]).sum() >= 60 - lost[0]["requests"] - 2  # the victim's few sent before it died aside
 
 
-def test_ctrl_c_stops_every_ray_actor_and_keeps_what_they_measured(tmp_path, server, ray_free):
+@pytest.mark.parametrize("presses", [1, 6])
+def test_ctrl_c_stops_every_ray_actor_and_keeps_what_they_measured(tmp_path, server, ray_free, presses):
     srv, url = server
     trace, out = tmp_path / "t.jsonl", tmp_path / "r"
     _trace(trace, 200, 100, 9)
     rep = _replay(url, trace, out, "--workers", "2", "--ray")
     _served(srv, 8)
-    rep.send_signal(signal.SIGINT)
+    _press_ctrl_c(rep, presses)
     _, err = rep.communicate(timeout=300)
     assert rep.returncode == 130 and "Traceback" not in err, err[-2000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -260,3 +271,52 @@ def test_an_unreachable_ray_cluster_is_refused_before_anything(tmp_path, monkeyp
                   "--out", tmp_path / "r")
     assert res.returncode == 2 and "no Ray head answers" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def _pool_of_one(tmp_path, state: str):
+    """A parent's pool holding one worker (a real, already finished process) in `state`."""
+    import multiprocessing as mp
+
+    from pddbench.live.shards import _Pool
+
+    proc = mp.get_context("spawn").Process(target=int)
+    proc.start()
+    proc.join()
+    here, there = mp.Pipe()
+    pool = _Pool()
+    pool.add(0, proc, here, _requests(synthesize(SynthConfig(requests=12, seed=1))))
+    pool.workers[0]["state"] = state
+    return pool, there
+
+
+def test_a_whole_shard_is_kept_even_when_its_done_message_was_lost(tmp_path):
+    """A worker killed (or a parent interrupted) between the shard's atomic write and the 'done'
+    message: the records on disk are what it measured, not worker_lost."""
+    from pddbench.live.client import Outcome, outcome_record
+    from pddbench.live.shards import _merge
+    from pddbench.metrics.records import to_frame, write_records
+
+    pool, _there = _pool_of_one(tmp_path, "lost")
+    reqs = pool.workers[0]["reqs"]
+    shards = tmp_path / "shards"
+    write_records(shards / "worker-0.parquet",
+                  to_frame([outcome_record(Outcome(r, send_s=r.intended_s, failure="http_500"), "colocated")
+                            for r in reqs[:5]]))
+    merged = _merge(pool, shards, "colocated", interrupted=True)
+    assert merged["failure_reason"].tolist() == ["http_500"] * 5
+    assert pool.accounts()[0]["state"] == "done" and pool.accounts()[0]["interrupted"]
+    assert not shards.exists()
+    pool2, _ = _pool_of_one(tmp_path, "lost")  # no shard at all: every request is worker_lost
+    merged = _merge(pool2, tmp_path / "none", "colocated", interrupted=False)
+    assert (merged["failure_reason"] == "worker_lost").sum() == 12
+
+
+def test_a_worker_gone_after_its_clock_sync_is_lost_not_a_traceback(tmp_path, monkeypatch):
+    from pddbench.live import shards
+
+    pool, there = _pool_of_one(tmp_path, "ready")
+    monkeypatch.setattr(shards, "_clock_offset", lambda conn: (0.1, 0.0))  # synced; then its pipe closes
+    there.close()
+    pool.start_together()
+    account = pool.accounts()[0]
+    assert account["state"] == "lost" and "before its start" in account["lost_because"]

@@ -2,9 +2,10 @@
 merged records as `--workers` on this host (shards.py), with each worker a Ray actor that Ray
 spreads over the cluster's nodes, so load generators can sit on several machines.
 
-One schedule across machines: each node's CLOCK_MONOTONIC has its own origin, so the parent
-measures every actor's clock offset (ping-pong through Ray, the sample with the shortest round
-trip) and gives each actor the common start instant in its own clock. The round trip bounds the
+One schedule across machines, as on one host: every actor first gets its requests and warms its
+connections (prepare); then, each node's CLOCK_MONOTONIC having its own origin, the parent measures
+every actor's clock offset (ping-pong through Ray, the sample with the shortest round trip) and
+gives each actor the common start instant in its own clock (begin). The round trip bounds the
 offset's error and is kept per worker (`clock_rtt_ms`).
 
 What crosses the network is JSON text (the requests out, records and progress back); nothing of
@@ -25,10 +26,10 @@ from typing import Callable
 import pandas as pd
 
 from pddbench.live.client import LiveRequest, Outcome, ReplayClient, keep_sent, outcome_record, run_sync
-from pddbench.live.shards import LOST, STOP_S, assign_sessions, concurrency_shares, session_key
+from pddbench.live.shards import LOST, STOP_S, CtrlC, assign_sessions, concurrency_shares, session_key
 
-LEAD_S = 3.0     # from the last clock sync to the start: the actors warm their connections meanwhile
-READY_S = 120.0  # every actor placed and answering (a cluster short of CPUs never places some)
+LEAD_S = 0.5     # from the last clock sync to the start: one Ray call to each actor, across nodes
+READY_S = 120.0  # every actor placed, then warm (a cluster short of CPUs never places some)
 POLL_S = 0.25    # progress polls while the actors send
 SYNC_PINGS = 7
 
@@ -40,9 +41,13 @@ class ReplayActor:
     (max_concurrency > 1) so that progress() and stop() are answered while run() sends."""
 
     def __init__(self) -> None:
+        import threading
+
         self._finished: list = []  # (failed, ttft_ms) since the last progress()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
+        self._start: asyncio.Future | None = None
+        self._warm = threading.Event()
         self._stopped = False
 
     def now(self) -> float:
@@ -60,8 +65,17 @@ class ReplayActor:
         if self._loop is not None and self._task is not None:
             self._loop.call_soon_threadsafe(self._task.cancel)
 
-    def run(self, spec_text: str, start: float) -> str:
-        """Send the spec's requests from `start` (this node's monotonic clock); the records as JSON."""
+    def warm(self, timeout_s: float) -> bool:
+        """Whether run() has its connections open and waits for begin()."""
+        return self._warm.wait(timeout_s)
+
+    def begin(self, start: float) -> None:
+        """The start instant, in this node's monotonic clock."""
+        self._loop.call_soon_threadsafe(lambda: self._start.done() or self._start.set_result(start))
+
+    def run(self, spec_text: str) -> str:
+        """Open and warm the connections, wait for begin(), send the spec's requests; the
+        records as JSON."""
         spec = json.loads(spec_text)
         reqs = [LiveRequest(**r) for r in spec["requests"]]
         client = ReplayClient(spec["endpoint"], spec["model"], timeout_s=spec["timeout_s"])
@@ -72,10 +86,12 @@ class ReplayActor:
             self._finished.append((not ok, (o.token_times_s[0] - o.send_s) * 1000 if ok else None))
 
         async def start_at() -> float:
-            return start
+            self._warm.set()
+            return await self._start
 
         async def main() -> None:
             self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            self._start = self._loop.create_future()
             if self._stopped:
                 return
             await client.run(reqs, spec["concurrency"], on_done, outcomes, start=start_at)
@@ -107,46 +123,61 @@ def replay_on_ray(endpoint: str, model: str, reqs: list[LiveRequest], workers: i
                  "lost_because": "", "node": None} for k, part in parts]
     actors: list = []
     records: dict[int, list] = {}
+    runs: dict = {}  # run() reference -> its account
     interrupted = False
-    try:
-        remote = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(ReplayActor)
-        actors = [remote.options(scheduling_strategy="SPREAD").remote() for _ in parts]
-        _place(ray, actors, accounts)
-        _sync(ray, actors, accounts)
-        start = time.monotonic() + LEAD_S
-        runs = {}
-        for (k, part), share, actor, acc in zip(parts, shares, actors, accounts):
-            if acc["state"] == "ready":
-                spec = {"endpoint": endpoint, "model": model, "timeout_s": timeout_s, "concurrency": share,
-                        "pipeline": pipeline, "requests": [dataclasses.asdict(r) for r in part]}
-                runs[actor.run.remote(json.dumps(spec), start + acc["clock_offset_ms"] / 1000)] = acc
-                acc["state"] = "running"
+    with CtrlC() as ctrl_c:
         try:
-            _collect(ray, runs, actors, accounts, records, on_progress, math.inf)
-        except KeyboardInterrupt:
-            interrupted = True
-            for actor in actors:
-                actor.stop.remote()
-            while True:
-                try:
-                    _collect(ray, runs, actors, accounts, records, on_progress, STOP_S)
-                    break
-                except KeyboardInterrupt:  # a second Ctrl-C while they stop: keep waiting, bounded by STOP_S
-                    continue
-    finally:
-        for actor in actors:
+            remote = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(ReplayActor)
+            actors = [remote.options(scheduling_strategy="SPREAD").remote() for _ in parts]
             try:
-                ray.kill(actor)
-            except Exception:  # noqa: BLE001 - already gone with its node
-                pass
-        disconnect_ray(ray, log)
+                _place(ray, actors, accounts, ctrl_c)
+                for (k, part), share, actor, acc in zip(parts, shares, actors, accounts):
+                    if acc["state"] == "ready":
+                        spec = {"endpoint": endpoint, "model": model, "timeout_s": timeout_s, "concurrency": share,
+                                "pipeline": pipeline, "requests": [dataclasses.asdict(r) for r in part]}
+                        runs[actor.run.remote(json.dumps(spec))] = acc
+                _warm(ray, actors, accounts, ctrl_c)
+                _sync(ray, actors, accounts, ctrl_c)
+                ctrl_c.check()  # stopped before any request was sent
+                for ref, acc in list(runs.items()):
+                    if acc["state"] == "lost":  # waits for a start it will never get
+                        del runs[ref]
+                        ray.kill(actors[accounts.index(acc)])
+                start = time.monotonic() + LEAD_S
+                for actor, acc in zip(actors, accounts):
+                    if acc["state"] == "ready":
+                        actor.begin.remote(start + acc["clock_offset_ms"] / 1000)
+                        acc["state"] = "running"
+                _collect(ray, runs, actors, accounts, records, on_progress, math.inf, ctrl_c)
+            except KeyboardInterrupt:
+                interrupted = True
+                for actor in actors:
+                    actor.stop.remote()
+                _collect(ray, runs, actors, accounts, records, on_progress, STOP_S)  # a 2nd Ctrl-C: only the flag
+        finally:
+            for actor in actors:
+                try:
+                    ray.kill(actor)
+                except Exception:  # noqa: BLE001 - already gone with its node
+                    pass
+            disconnect_ray(ray, log)
     return _merge(parts, accounts, records, pipeline), accounts, interrupted
 
 
-def _place(ray, actors: list, accounts: list[dict]) -> None:
+def _wait_all(ray, refs: list, timeout_s: float, ctrl_c: CtrlC) -> tuple[list, list]:
+    """ray.wait for all of `refs`, in POLL_S steps so that a Ctrl-C is heard."""
+    ready, waiting, deadline = [], list(refs), time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        ctrl_c.check()
+        got, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=POLL_S)
+        ready += got
+    return ready, waiting
+
+
+def _place(ray, actors: list, accounts: list[dict], ctrl_c: CtrlC) -> None:
     """Wait for every actor to run somewhere; one not placed within READY_S is lost."""
     refs = {a.node.remote(): acc for a, acc in zip(actors, accounts)}
-    ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=READY_S)
+    ready, waiting = _wait_all(ray, list(refs), READY_S, ctrl_c)
     for ref in ready:
         try:
             refs[ref]["node"], refs[ref]["state"] = ray.get(ref), "ready"
@@ -157,9 +188,27 @@ def _place(ray, actors: list, accounts: list[dict]) -> None:
             f"not placed within {READY_S:g} s (the cluster has no free CPU for it?)")
 
 
-def _sync(ray, actors: list, accounts: list[dict]) -> None:
+def _warm(ray, actors: list, accounts: list[dict], ctrl_c: CtrlC) -> None:
+    """Wait until every running actor's connections are warm; one not warm within READY_S is
+    lost (its run() then reports why, or is killed with the rest)."""
+    refs = {a.warm.remote(READY_S): acc for a, acc in zip(actors, accounts) if acc["state"] == "ready"}
+    ready, waiting = _wait_all(ray, list(refs), READY_S + 10, ctrl_c)
+    for ref in ready:
+        try:
+            warm = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001
+            _lose(refs[ref], exc)
+            continue
+        if not warm:
+            refs[ref]["state"], refs[ref]["lost_because"] = "lost", f"not warm within {READY_S:g} s"
+    for ref in waiting:
+        refs[ref]["state"], refs[ref]["lost_because"] = "lost", f"not warm within {READY_S:g} s"
+
+
+def _sync(ray, actors: list, accounts: list[dict], ctrl_c: CtrlC) -> None:
     """Each ready actor's clock offset: (its clock - ours) at the midpoint of the fastest ping."""
     for actor, acc in zip(actors, accounts):
+        ctrl_c.check()
         if acc["state"] != "ready":
             continue
         best = (math.inf, 0.0)
@@ -176,10 +225,13 @@ def _sync(ray, actors: list, accounts: list[dict]) -> None:
 
 
 def _collect(ray, runs: dict, actors: list, accounts: list[dict], records: dict, on_progress: Progress,
-             timeout_s: float) -> None:
-    """Wait for the running actors' records, feeding progress; past timeout_s the rest are lost."""
+             timeout_s: float, ctrl_c: CtrlC | None = None) -> None:
+    """Wait for the running actors' records, feeding progress; past timeout_s the rest are lost.
+    A Ctrl-C (`ctrl_c`) raises here, between results, never between taking one and keeping it."""
     deadline = time.monotonic() + timeout_s
     while runs:
+        if ctrl_c is not None:
+            ctrl_c.check()
         left = deadline - time.monotonic()
         if left <= 0:
             for acc in runs.values():

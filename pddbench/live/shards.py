@@ -24,6 +24,7 @@ import math
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -94,19 +95,48 @@ def replay_sharded(endpoint: str, model: str, reqs: list[LiveRequest], workers: 
         finally:
             signal.signal(signal.SIGINT, previous)
         interrupted = False
-        try:
-            pool.until(lambda w: w["state"] != "starting", READY_S, on_progress)
-            pool.start_together()
-            pool.until(lambda w: w["state"] in ("done", "lost"), math.inf, on_progress)
-        except KeyboardInterrupt:
-            interrupted = True
-            pool.stop(on_progress)
+        with CtrlC() as ctrl_c:
+            try:
+                pool.until(lambda w: w["state"] != "starting", READY_S, on_progress, ctrl_c)
+                pool.start_together(ctrl_c)
+                pool.until(lambda w: w["state"] in ("done", "lost"), math.inf, on_progress, ctrl_c)
+            except KeyboardInterrupt:
+                interrupted = True
+                pool.stop(on_progress)  # a second Ctrl-C meanwhile only sets the flag again
     finally:
         pool.close()
     if server_ttft_ms is not None:
         for w in pool.workers:
             server_ttft_ms.update(w["server_ttft_ms"])
-    return _merge(pool, shard_dir, pipeline), pool.accounts(), interrupted
+    return _merge(pool, shard_dir, pipeline, interrupted), pool.accounts(), interrupted
+
+
+class CtrlC:
+    """Ctrl-C as a flag that the parent checks where stopping is safe (`check`), not an exception
+    raised wherever the main thread happens to be: between a pipe read and the state it sets, a
+    KeyboardInterrupt would lose a finished worker's message. Outside the main thread, or where
+    SIGINT is ignored, nothing changes."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous = None
+
+    def __enter__(self) -> "CtrlC":
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._previous = signal.signal(signal.SIGINT, self._press)
+        return self
+
+    def _press(self, _sig, _frame) -> None:
+        self.pressed = True
+
+    def __exit__(self, *_exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
 
 
 def concurrency_shares(concurrency: int | None, workers: int) -> list[int | None]:
@@ -126,13 +156,17 @@ class _Pool:
                              "interrupted": False, "clock_offset_ms": None, "clock_rtt_ms": None, "why": "",
                              "server_ttft_ms": {}})
 
-    def until(self, settled: Callable[[dict], bool], timeout_s: float, on_progress: Progress) -> None:
+    def until(self, settled: Callable[[dict], bool], timeout_s: float, on_progress: Progress,
+              ctrl_c: CtrlC | None = None) -> None:
         """Handle the workers' messages until every worker is settled; past timeout_s the
-        unsettled ones are stopped and counted lost."""
+        unsettled ones are stopped and counted lost. A Ctrl-C (`ctrl_c`) raises KeyboardInterrupt
+        here, between messages, never inside one."""
         from multiprocessing.connection import wait
 
         deadline = time.monotonic() + timeout_s
         while True:
+            if ctrl_c is not None:
+                ctrl_c.check()
             waiting = [w for w in self.workers if not settled(w) and w["state"] != "lost"]
             if not waiting:
                 return
@@ -141,7 +175,7 @@ class _Pool:
                 for w in waiting:
                     self._lose(w, f"no answer within {timeout_s:g} s")
                 return
-            ready = wait([w["conn"] for w in waiting] + [w["proc"].sentinel for w in waiting], min(left, 1.0))
+            ready = wait([w["conn"] for w in waiting] + [w["proc"].sentinel for w in waiting], min(left, 0.25))
             for w in waiting:
                 if w["conn"] in ready or w["proc"].sentinel in ready:
                     self._read(w, on_progress)
@@ -168,7 +202,7 @@ class _Pool:
         if w["proc"].is_alive():
             w["proc"].kill()
 
-    def start_together(self) -> None:
+    def start_together(self, ctrl_c: CtrlC | None = None) -> None:
         """Measure each ready worker's clock offset, then give all one start instant."""
         ready = [w for w in self.workers if w["state"] == "ready"]
         for w in ready:
@@ -176,10 +210,16 @@ class _Pool:
                 w["clock_rtt_ms"], w["clock_offset_ms"] = _clock_offset(w["conn"])
             except (EOFError, OSError, TimeoutError) as exc:
                 self._lose(w, f"clock sync failed ({type(exc).__name__})")
+        if ctrl_c is not None:
+            ctrl_c.check()  # stopped before any request was sent
         start = time.monotonic() + LEAD_S
         for w in ready:
             if w["state"] == "ready":
-                w["conn"].send(("start", start + w["clock_offset_ms"] / 1000))
+                try:
+                    w["conn"].send(("start", start + w["clock_offset_ms"] / 1000))
+                except OSError as exc:  # it died after its clock sync
+                    self._lose(w, f"died before its start ({type(exc).__name__})")
+                    continue
                 w["state"] = "running"
 
     def stop(self, on_progress: Progress) -> None:
@@ -187,12 +227,7 @@ class _Pool:
         for w in self.workers:
             if w["state"] not in ("done", "lost") and w["proc"].is_alive():
                 w["proc"].terminate()
-        while True:
-            try:
-                self.until(lambda w: w["state"] in ("done", "lost"), STOP_S, on_progress)
-                return
-            except KeyboardInterrupt:  # a second Ctrl-C while they stop: keep waiting, bounded by STOP_S
-                continue
+        self.until(lambda w: w["state"] in ("done", "lost"), STOP_S, on_progress)
 
     def close(self) -> None:
         for w in self.workers:
@@ -223,9 +258,11 @@ def _clock_offset(conn) -> tuple[float, float]:
     return round(best[0], 4), round(best[1], 4)
 
 
-def _merge(pool: _Pool, shard_dir: Path, pipeline: str) -> pd.DataFrame:
+def _merge(pool: _Pool, shard_dir: Path, pipeline: str, interrupted: bool) -> pd.DataFrame:
     """Every worker's records, and a worker_lost record for each request of a lost worker, in
-    request order: the same schema and order as a single-process replay."""
+    request order: the same schema and order as a single-process replay. A shard file is whole
+    (written atomically), so it is kept even when its 'done' message never arrived (the worker
+    was killed just after writing it)."""
     import shutil
 
     from pddbench.metrics.records import read_records, to_frame
@@ -233,8 +270,10 @@ def _merge(pool: _Pool, shard_dir: Path, pipeline: str) -> pd.DataFrame:
     frames = []
     for w in pool.workers:
         shard = shard_dir / f"worker-{w['worker']}.parquet"
-        if w["state"] == "done" and shard.is_file():
+        if shard.is_file():
             frames.append(read_records(shard))
+            if w["state"] != "done":
+                w["state"], w["why"], w["interrupted"] = "done", "", w["interrupted"] or interrupted
             continue
         w["state"] = "lost"
         w["why"] = w["why"] or "no records written"
