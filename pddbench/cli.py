@@ -153,7 +153,7 @@ def capacity_cmd(
 
 @app.command("optimize")
 def optimize_cmd(
-    scenario: Path = typer.Argument(..., help="Scenario YAML (same_dc_pd, cross_dc_pd or pdd)."),
+    scenario: Path = typer.Argument(..., help="Scenario YAML (same_dc_pd, cross_dc_pd, pdd or prfaas)."),
     budget: str = typer.Option(..., "--budget", help="Chips per chip kind: A=88 (baseline), A=43,B=32 (PDD); "
                                "a bare number when the pools use one chip kind."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),

@@ -12,7 +12,7 @@ def row(i, arrival, ttft, e2e, out=11, failed=False, relay=0, wan=0):
     return {
         "request_id": i, "session_id": -1, "turn": -1, "arrival_ms": arrival, "input_tokens": 1000,
         "output_tokens": out, "p_cached_tokens": 500, "decode_cached_tokens": 0, "pipeline": "p_d",
-        "handoff_mode": "none", "prefill_start_ms": arrival, "prefill_end_ms": arrival + ttft / 2,
+        "offload_reason": "", "handoff_mode": "none", "prefill_start_ms": arrival, "prefill_end_ms": arrival + ttft / 2,
         "first_token_ms": arrival + ttft, "finish_ms": arrival + e2e, "ttft_ms": ttft, "e2e_ms": e2e,
         "tpot_ms": (e2e - ttft) / (out - 1) if out > 1 else math.nan, "max_itl_ms": 5.0,
         "schedule_lag_ms": 0.0, "kv_wait_ms": 1.0, "wan_kv_ms": math.nan, "relay_tokens": relay, "main_tokens": out - relay,

@@ -280,7 +280,8 @@ def outcome_record(o: Outcome, pipeline: str = "colocated") -> dict:
     row = {
         "request_id": req.request_id, "session_id": req.session_id, "turn": req.turn,
         "arrival_ms": arrival, "input_tokens": len(req.prompt), "output_tokens": produced if failed else max(produced, 1),
-        "p_cached_tokens": o.cached_tokens, "decode_cached_tokens": 0, "pipeline": pipeline, "handoff_mode": "none",
+        "p_cached_tokens": o.cached_tokens, "decode_cached_tokens": 0, "pipeline": pipeline, "offload_reason": "",
+        "handoff_mode": "none",
         "prefill_start_ms": nan, "prefill_end_ms": nan,
         "first_token_ms": nan if failed else first, "finish_ms": nan if failed else finish,
         **derive_latencies(arrival, first, finish, produced, failed, prefill_end),

@@ -58,7 +58,7 @@ def run_scenario(path: Path, overrides: list[str], results_root: Path, out: Path
     sc = load_scenario(path, overrides)
     if sc.deployment is None:
         raise UserError(f"{path}: the scenario has no deployment; add deployment.kind "
-                        "(colocated | same_dc_pd | cross_dc_pd | pdd) and, to simulate, its pools")
+                        "(colocated | same_dc_pd | cross_dc_pd | pdd | prfaas) and, to simulate, its pools")
     if sc.runtime == "live":
         return _run_live(sc, path, overrides, results_root, out)
     reqs = simulable_requests(sc, str(path))  # a bad trace is refused before the folder is claimed

@@ -22,7 +22,8 @@ RECORD_FIELDS: dict[str, str] = {
     "output_tokens": "int64",
     "p_cached_tokens": "int64",     # prompt tokens that hit the prefill-side prefix cache
     "decode_cached_tokens": "int64",  # prompt tokens already on the decode side (D or MD)
-    "pipeline": "string",           # p_d | p_md | p_rld_md | p_rld (ablation) | colocated
+    "pipeline": "string",           # p_d | p_md | p_rld_md | p_rld (ablation) | pr_d (prfaas offload) | colocated
+    "offload_reason": "string",     # prfaas: offloaded | short_uncached | line_busy; "" for other kinds
     "handoff_mode": "string",       # none | one_shot | catch_up | relay_finish
     "prefill_start_ms": "float64",
     "prefill_end_ms": "float64",

@@ -104,6 +104,9 @@ def summarize(df: pd.DataFrame, *, deployment: str, sla_ttft_ms: float, sla_tpot
         "relay_token_share": round(relay / out_tokens, 6) if out_tokens else 0.0,
         "pipelines": {str(k): int(v) for k, v in df["pipeline"].value_counts().sort_index().items()},
         "handoff_modes": {str(k): int(v) for k, v in df["handoff_mode"].value_counts().sort_index().items()},
+        # prfaas: how many prefills went to the remote cluster (offloaded) and why the rest stayed
+        "offload_reasons": {str(k): int(v) for k, v in df.loc[df["offload_reason"] != "", "offload_reason"]
+                            .value_counts().sort_index().items()},
         "handoff_ms": distribution(ok["handoff_ms"].dropna()),
         "handoff_stall_ms": distribution(ok["handoff_stall_ms"].dropna()),
         "relay_busy_ms": distribution(ok.loc[ok["relay_tokens"] > 0, "relay_busy_ms"]),

@@ -136,12 +136,15 @@ class Pool(_Strict):
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
 
 
-DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd"]
+DeploymentKind = Literal["colocated", "same_dc_pd", "cross_dc_pd", "pdd", "prfaas"]
 ROLES_OF_KIND: dict[str, tuple[str, ...]] = {  # pools a simulated deployment of each kind needs
     "same_dc_pd": ("prefill", "decode"),
     "cross_dc_pd": ("prefill", "decode"),
     "pdd": ("prefill", "relay", "main"),
+    "prfaas": ("prefill", "decode", "remote_prefill"),  # a local PD cluster + a prefill cluster across the WAN
 }
+ROLES = ("prefill", "decode", "relay", "main", "remote_prefill")  # every pool a deployment can have
+LIVE_KINDS = ("colocated", "same_dc_pd", "cross_dc_pd", "pdd")  # what the live runtime deploys (live/placement.py)
 
 
 class Deployment(_Strict):
@@ -153,6 +156,8 @@ class Deployment(_Strict):
     decode: Pool | None = Field(None, description="D pool of the PD baselines")
     relay: Pool | None = Field(None, description="RLD pool (pdd)")
     main: Pool | None = Field(None, description="MD pool (pdd)")
+    remote_prefill: Pool | None = Field(None, description="prfaas: the prefill cluster across the WAN (PrfaaS); "
+                                        "prefill and decode are then the local PD cluster")
     kv_block_tokens: int = Field(1, ge=1, description="tokens per engine KV block: a transfer moves whole blocks "
                                  "(vLLM: 16 on GPU, 128 on CPU); 1 = exactly the tokens' bytes")
     decode_routing_slack_seqs: int = Field(
@@ -160,7 +165,7 @@ class Deployment(_Strict):
         "than the least loaded one and still win a request on its prefix-cache match; 0 = least loaded only "
         "(default 16: measured on paper/same-dc-pd and paper/pdd, see pddbench/sim/cluster.py)")
     def pools(self) -> dict[str, Pool]:
-        return {role: p for role in ("prefill", "decode", "relay", "main") if (p := getattr(self, role)) is not None}
+        return {role: p for role in ROLES if (p := getattr(self, role)) is not None}
 
     def relay_slots(self) -> int:
         """How many requests the relay takes at once: the relay pool's max_batch_seqs, else the
@@ -196,6 +201,12 @@ class Policy(_Strict):
     singular_max_output_tokens: int = Field(16, ge=1, description="... and max_tokens at most this")
     catch_up_max_rounds: int = Field(8, ge=1, le=100_000)
     relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
+    offload_threshold_tokens: int = Field(
+        19_400, ge=0, description="prfaas: a prefill goes to the remote cluster when its uncached length (after the "
+        "local prefix cache) is above this (PrfaaS' case study: t = 19.4k tokens)")
+    offload_wan_budget_fraction: float = Field(
+        0.5, ge=0, description="prfaas: ... and the line delivers its KV, as predicted now (queue included), within "
+        "this share of the TTFT SLA; else it is prefilled locally (bandwidth-aware; ASSUMPTION: PrfaaS states no value)")
     relay_finish_stops_wan_kv: bool = Field(
         True, description="a relay that finishes first stops MD's WAN KV transfer; false: the transfer drains and MD "
         "keeps the prompt (vLLM 0.32's NixlConnector cannot stop a read in flight: an aborted request's blocks are "
@@ -232,6 +243,9 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _runnable(self) -> "Scenario":
         d = self.deployment
+        if d is not None and self.runtime == "live" and d.kind not in LIVE_KINDS:
+            raise ValueError(f"deployment kind {d.kind} runs in the simulator only (runtime: sim); live runs deploy "
+                             + ", ".join(LIVE_KINDS))
         if d is None or self.runtime == "live":
             return self  # live engines are placed by the live runtime; pools only tune it
         if d.kind not in ROLES_OF_KIND:

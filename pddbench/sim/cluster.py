@@ -58,12 +58,14 @@ def hardware_cost_per_hour(sc: Scenario) -> float:
     d = sc.deployment
     assert d is not None
     cost = 0.0
-    for pool in (d.prefill, d.decode, d.relay, d.main):
-        if pool is not None:
-            cost += pool.instances * pool.chips_per_instance * sc.chips[pool.chip].price_per_hour
-    if d.kind in ("cross_dc_pd", "pdd"):
+    for pool in d.pools().values():
+        cost += pool.instances * pool.chips_per_instance * sc.chips[pool.chip].price_per_hour
+    if d.kind in CROSSES_WAN:
         cost += sc.network.wan_lines * sc.network.wan_line_price_per_hour
     return round(cost, 6)
+
+
+CROSSES_WAN = ("cross_dc_pd", "pdd", "prfaas")  # the kinds whose KV crosses the WAN: they pay its lines
 
 
 @dataclass
@@ -77,13 +79,16 @@ class Cluster:
     # how many more sequences than the least loaded decoder an instance may hold and still win a
     # request on its cache match (deployment.decode_routing_slack_seqs)
     decode_slack: int
+    remote_prefill: list[PrefillInstance]  # prfaas: the prefill cluster across the WAN
 
-    def pick_prefill(self, hash_ids: list[int], input_tokens: int) -> tuple[int, int]:
-        """Least work first, counting cache hits: queued tokens + this request's uncached part.
-        Returns (the instance's index, its cached blocks), so the match is not redone."""
+    def pick_prefill(self, hash_ids: list[int], input_tokens: int, pool: list[PrefillInstance] | None = None
+                     ) -> tuple[int, int]:
+        """Least work first, counting cache hits: queued tokens + this request's uncached part,
+        among `pool` (default: P). Returns (the instance's index, its cached blocks), so the match
+        is not redone."""
         best, best_cost, best_blocks = 0, float("inf"), 0
         p: PrefillInstance  # typed for the compiled build (attributes read in C)
-        for i, p in enumerate(self.prefill):
+        for i, p in enumerate(self.prefill if pool is None else pool):
             if p.queued_tokens >= best_cost:
                 continue  # its cost is at least its queue: it cannot win, so skip the match
             # p.match_tokens(hash_ids, input_tokens), written out: this loop runs per request
@@ -128,9 +133,14 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
     def cache_for(pool: Pool, role: str) -> PrefixCache | None:
         return PrefixCache(kv_capacity_tokens(sc, pool, role) // bs) if pool.prefix_cache else None
 
-    prefill = [PrefillInstance(loop, f"P{i}", latency_model(sc, d.prefill), d.prefill.chunk_tokens,
-                               cache_for(d.prefill, "prefill"), bs, d.prefill.pack_tail_chunks)
-               for i in range(d.prefill.instances)]
+    def prefills(pool: Pool | None, role: str, tag: str) -> list[PrefillInstance]:
+        if pool is None:
+            return []
+        return [PrefillInstance(loop, f"{tag}{i}", latency_model(sc, pool), pool.chunk_tokens, cache_for(pool, role),
+                                bs, pool.pack_tail_chunks) for i in range(pool.instances)]
+
+    prefill = prefills(d.prefill, "prefill", "P")
+    remote_prefill = prefills(d.remote_prefill, "remote_prefill", "PR") if d.kind == "prfaas" else []
     rdma_profile = sc.network.rdma_profile()
     rdma = [Link(loop, rdma_profile, f"rdma{i}") for i in range(d.prefill.instances)]
 
@@ -155,4 +165,4 @@ def build_cluster(sc: Scenario, loop: EventLoop) -> Cluster:
                 inst.core = shares.setdefault((group, i), CoreShare(sc.twin_calibration.core_shared_step_factor))
                 inst.core.members.append(inst)
     wan = Link(loop, sc.network.wan_profile(), "wan", sc.network.wan_lines)
-    return Cluster(loop, prefill, rdma, decode, relay, wan, d.decode_routing_slack_seqs)
+    return Cluster(loop, prefill, rdma, decode, relay, wan, d.decode_routing_slack_seqs, remote_prefill)

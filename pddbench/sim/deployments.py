@@ -6,16 +6,21 @@
   (KV to the relay over RDMA and to MD over the WAN in parallel; the relay decodes at once and
   hands over to MD with Extend-Decode Handoff once MD has the prompt KV), filters singular flows,
   and picks One-Shot or Catch-Up.
+- prfaas (Prefill-as-a-Service): the shared policy (policy/prfaas.py) prefills a request in the
+  local PD cluster (P, KV over RDMA to D) or, when its uncached length is long and the line has
+  room, in the remote prefill cluster, whose KV streams to D over the WAN layer by layer while it
+  is computed.
 """
 
 from __future__ import annotations
 
 from pddbench.policy import pdd as policy
+from pddbench.policy import prfaas
 from pddbench.schema.scenario import Scenario
 from pddbench.sim.cluster import Cluster
 from pddbench.sim.decode import DecodeInstance, DecodeJob
 from pddbench.sim.engine import (CATCH_UP_ROUND, CATCH_UP_TOKENS, HANDOFF, KV_ARRIVED, KV_AT_BUSY_DECODER,
-                                 MD_KV_ARRIVED, PULL_START, RELAY_KV_ARRIVED)
+                                 KV_STREAMED, MD_KV_ARRIVED, PULL_START, RELAY_KV_ARRIVED)
 from pddbench.sim.link import Transfer
 from pddbench.sim.request import SimRequest
 
@@ -91,6 +96,76 @@ class PD(Deployment):
             req.wan_kv_ms = self.loop.now - req.prefill_end_ms
         job = DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(d))
         _submit(d, job)
+
+
+class PrfaaS(PD):
+    """Selective offload of long prefills to a remote prefill cluster (Qin et al., arXiv 2604.15039)."""
+
+    def arrive(self, req: SimRequest) -> None:
+        i, hit_blocks = self.c.pick_prefill(req.hash_ids, req.input_tokens)
+        local = self.c.prefill[i]
+        uncached_local = req.input_tokens - min(hit_blocks * local.block_size, req.input_tokens)
+        pol = self.sc.policy
+        reason = "short_uncached"
+        if uncached_local > pol.offload_threshold_tokens:  # only then is the line's prediction needed
+            _d, d_cached = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
+            reason = prfaas.choose_prefill_site(
+                uncached_local_tokens=uncached_local, threshold_tokens=pol.offload_threshold_tokens,
+                predicted_wan_kv_ms=self.c.wan.predict_ms(self.transfer_bytes(req.input_tokens - d_cached)),
+                ttft_sla_ms=self.sc.sla.ttft_ms, wan_budget_fraction=pol.offload_wan_budget_fraction)
+        req.offload_reason = reason
+        if reason != "offloaded":
+            req.p_cached_tokens = local.submit(req, lambda r: self.prefilled(r, i), hit_blocks)
+            return
+        req.pipeline = "pr_d"
+        j, remote_blocks = self.c.pick_prefill(req.hash_ids, req.input_tokens, self.c.remote_prefill)
+        st = _StreamState(req)
+        req.p_cached_tokens = self.c.remote_prefill[j].submit(req, self._remote_prefilled(st), remote_blocks,
+                                                              self._stream_start(st))
+
+    def _stream_start(self, st: "_StreamState"):
+        def start(req: SimRequest) -> None:
+            # the decoder is chosen as the first layer's KV leaves: it is where the stream goes
+            st.d, req.decode_cached_tokens = self.c.pick_decode(self.c.decode, req.hash_ids, req.input_tokens)
+            st.nbytes = req.wan_kv_bytes = self.transfer_bytes(req.input_tokens - req.decode_cached_tokens)
+            st.sent_ms = self.loop.now
+            self.c.wan.send_as(KV_STREAMED, st.nbytes, self._kv_streamed, st)
+        return start
+
+    def _remote_prefilled(self, st: "_StreamState"):
+        def done(req: SimRequest) -> None:
+            req.prefill_end_ms = self.loop.now
+            layers = self.sc.model.layers if self.sc.model is not None else 1
+            st.last_layer_ms = self.c.wan.predict_ms(st.nbytes / max(1, layers))
+            if st.line_done_ms >= 0:
+                self._arrive_streamed(st)
+        return done
+
+    def _kv_streamed(self, st: "_StreamState") -> None:
+        st.line_done_ms = self.loop.now
+        if st.req.prefill_end_ms >= 0:
+            self._arrive_streamed(st)
+
+    def _arrive_streamed(self, st: "_StreamState") -> None:
+        at = prfaas.streamed_kv_arrival_ms(prefill_end_ms=st.req.prefill_end_ms, line_done_ms=st.line_done_ms,
+                                           last_layer_ms=st.last_layer_ms)
+        self.loop.schedule(KV_ARRIVED, max(at, self.loop.now), self._streamed_kv_arrived, st)
+
+    def _streamed_kv_arrived(self, st: "_StreamState") -> None:
+        req = st.req
+        req.wan_kv_ms = self.loop.now - st.sent_ms
+        _submit(st.d, DecodeJob(req, req.input_tokens, req.output_tokens, 0, _first_token, _finished_on(st.d)))
+
+
+class _StreamState:
+    __slots__ = ("req", "d", "nbytes", "sent_ms", "line_done_ms", "last_layer_ms")
+
+    def __init__(self, req: SimRequest):
+        self.req = req
+        self.d: DecodeInstance | None = None
+        self.nbytes = 0
+        self.sent_ms = self.line_done_ms = -1.0
+        self.last_layer_ms = 0.0
 
 
 class PDD(Deployment):
@@ -298,7 +373,7 @@ def _submit(inst: DecodeInstance, job: DecodeJob) -> None:
 
 
 # Deployment kinds the simulator runs; the schema refuses others (e.g. live-only colocated).
-DEPLOYMENTS: dict[str, type[Deployment]] = {"same_dc_pd": PD, "cross_dc_pd": PD, "pdd": PDD}
+DEPLOYMENTS: dict[str, type[Deployment]] = {"same_dc_pd": PD, "cross_dc_pd": PD, "pdd": PDD, "prfaas": PrfaaS}
 
 
 def make_deployment(sc: Scenario, cluster: Cluster) -> Deployment:

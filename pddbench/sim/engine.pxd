@@ -1,5 +1,5 @@
 # Types for the compiled build of engine.py (Cython reads this beside the .py; Python ignores it):
-# attribute access in C instead of by name; the per-kind counts a C array (13: engine.N_KINDS).
+# attribute access in C instead of by name; the per-kind counts a C array (14: engine.N_KINDS).
 cimport cython
 
 
@@ -8,7 +8,7 @@ cdef class EventLoop:
     cdef public list _heap
     cdef public Py_ssize_t _seq
     cdef public Py_ssize_t events
-    cdef Py_ssize_t _by_kind[13]
+    cdef Py_ssize_t _by_kind[14]
 
     @cython.locals(heap=list, events=Py_ssize_t, every=Py_ssize_t, t=double, kind=Py_ssize_t)
     cpdef run(self, double until=*, on_progress=*)

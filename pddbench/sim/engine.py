@@ -9,6 +9,8 @@ Every event of the simulator has a kind, and the handler scheduled with it is na
 ARRIVAL (run.py on_arrival), PREFILL_STEP until its last chunk, then
 - PD, and PDD's P->MD pipeline: the KV pull, [PULL_START] LINK_DRAIN [KV_AT_BUSY_DECODER]
   KV_ARRIVED, then DECODE_FINISH;
+- PrfaaS' offload: the transfer starts with the remote prefill's first step, LINK_DRAIN
+  KV_STREAMED, and KV_ARRIVED once both the line and the prefill are done; its local path is PD's;
 - PDD's relay pipeline: the pull to the relay (... RELAY_KV_ARRIVED, over RDMA) and in parallel
   the one to MD (... MD_KV_ARRIVED, over the WAN); then the handoff: Catch-Up rounds
   (LINK_DRAIN CATCH_UP_TOKENS CATCH_UP_ROUND), LINK_DRAIN HANDOFF, DECODE_FINISH on MD; or
@@ -40,11 +42,13 @@ CATCH_UP_TOKENS = 8     # Catch-Up: a batch of the relay's token ids is on MD: P
 CATCH_UP_ROUND = 9      # Catch-Up: MD has recomputed them, next round: PDD._catch_up_round
 HANDOFF = 10            # the handoff message (the last token ids) is on MD, which takes over: PDD._handoff_arrived
 DECODE_FINISH = 11      # a decoder's next job completes: DecodeInstance._on_decode_finish
-UNNAMED = 12            # at() / after() / Link.send(): tests and tools; the simulator schedules none
+KV_STREAMED = 12        # prfaas offload: the line has carried every byte of a KV streamed layer by layer
+                        # since the remote prefill began: PrfaaS._kv_streamed (then KV_ARRIVED)
+UNNAMED = 13            # at() / after() / Link.send(): tests and tools; the simulator schedules none
 KIND_NAMES = ("arrival", "prefill_step", "pull_start", "link_drain", "kv_at_busy_decoder", "kv_arrived",
               "relay_kv_arrived", "md_kv_arrived", "catch_up_tokens", "catch_up_round", "handoff",
-              "decode_finish", "unnamed")
-N_KINDS = 13  # engine.pxd sizes its counters by it
+              "decode_finish", "kv_streamed", "unnamed")
+N_KINDS = 14  # engine.pxd sizes its counters by it
 
 
 class EventLoop:

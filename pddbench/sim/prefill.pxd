@@ -6,7 +6,7 @@ from pddbench.sim.engine cimport EventLoop
 
 @cython.final
 cdef class PrefillJob:
-    cdef public object req, on_done
+    cdef public object req, on_done, on_start
     cdef public Py_ssize_t remaining, context
 
 
@@ -19,8 +19,8 @@ cdef class PrefillInstance:
     cdef public double busy_ms
 
     @cython.locals(cached=Py_ssize_t, computed=Py_ssize_t)
-    cpdef Py_ssize_t submit(self, req, on_done, hit_blocks=*)
-    cpdef submit_recompute(self, req, Py_ssize_t computed, on_done)
+    cpdef Py_ssize_t submit(self, req, on_done, hit_blocks=*, on_start=*)
+    cpdef submit_recompute(self, req, Py_ssize_t computed, on_done, on_start=*)
     @cython.locals(budget=Py_ssize_t, tokens=Py_ssize_t, attn=double, pieces=list, job=PrefillJob,
                    take=Py_ssize_t, is_tail=bint, step_ms=double)
     cpdef _step(self)

@@ -18,10 +18,12 @@ from pddbench.sim.latency import LatencyModel
 
 
 class PrefillJob:
-    __slots__ = ("req", "remaining", "context", "on_done")
+    __slots__ = ("req", "remaining", "context", "on_done", "on_start")
 
-    def __init__(self, req: Any, computed: int, cached: int, on_done: Callable[[Any], None]):
+    def __init__(self, req: Any, computed: int, cached: int, on_done: Callable[[Any], None],
+                 on_start: Callable[[Any], None] | None = None):
         self.req, self.remaining, self.context, self.on_done = req, computed, cached, on_done
+        self.on_start = on_start
 
 
 class PrefillInstance:
@@ -41,9 +43,11 @@ class PrefillInstance:
             return 0
         return min(self.cache.match(hash_ids) * self.block_size, input_tokens)
 
-    def submit(self, req: Any, on_done: Callable[[Any], None], hit_blocks: int | None = None) -> int:
+    def submit(self, req: Any, on_done: Callable[[Any], None], hit_blocks: int | None = None,
+               on_start: Callable[[Any], None] | None = None) -> int:
         """Queue a prefill; returns the prompt tokens served from this instance's prefix cache.
-        `hit_blocks`: this cache's match() of the request, when the caller has just made it."""
+        `hit_blocks`: this cache's match() of the request, when the caller has just made it;
+        `on_start(req)` runs when its first chunk starts (a KV streamed layer by layer leaves then)."""
         cached = 0
         if self.cache is not None:
             if hit_blocks is None:
@@ -52,14 +56,15 @@ class PrefillInstance:
                 self.cache.insert(req.hash_ids, hit_blocks)
             cached = min(hit_blocks * self.block_size, req.input_tokens)
         computed = max(1, req.input_tokens - cached)  # the last prompt token is always computed
-        self.submit_recompute(req, computed, on_done)
+        self.submit_recompute(req, computed, on_done, on_start)
         return req.input_tokens - computed
 
-    def submit_recompute(self, req: Any, computed: int, on_done: Callable[[Any], None]) -> None:
+    def submit_recompute(self, req: Any, computed: int, on_done: Callable[[Any], None],
+                         on_start: Callable[[Any], None] | None = None) -> None:
         """Queue a prefill of the prompt's last `computed` tokens, the rest being a prefix hit
         (submit's own queueing; also a second request for a prompt just prefilled, for which the
         cache is not touched)."""
-        self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done))
+        self.queue.append(PrefillJob(req, computed, req.input_tokens - computed, on_done, on_start))
         self.queued_tokens += computed
         if not self.busy:
             self._step()
@@ -77,6 +82,8 @@ class PrefillInstance:
                 break  # a tail chunk does not join another request's step
             if job.req.prefill_start_ms < 0:
                 job.req.prefill_start_ms = self.loop.now
+                if job.on_start is not None:
+                    job.on_start(job.req)
             pieces.append((job, take))
             tokens += take
             attn += take * (job.context + take / 2)

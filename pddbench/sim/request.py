@@ -16,7 +16,7 @@ NAN = math.nan
 class SimRequest:
     __slots__ = (
         "request_id", "session_id", "turn", "arrival_ms", "input_tokens", "output_tokens", "hash_ids",
-        "p_cached_tokens", "decode_cached_tokens", "pipeline", "handoff_mode", "prefill_start_ms",
+        "p_cached_tokens", "decode_cached_tokens", "pipeline", "offload_reason", "handoff_mode", "prefill_start_ms",
         "prefill_end_ms", "first_token_ms", "finish_ms", "max_itl_ms", "wan_kv_ms",
         "relay_tokens", "handoff_start_ms", "handoff_stall_ms", "relay_start_ms", "relay_end_ms",
         "rdma_kv_bytes", "wan_kv_bytes", "wan_token_id_bytes", "wan_kv_bytes_saved",
@@ -31,6 +31,7 @@ class SimRequest:
         self.turn = -1 if turn is None else turn
         self.p_cached_tokens = self.decode_cached_tokens = 0
         self.pipeline, self.handoff_mode = "p_d", "none"
+        self.offload_reason = ""
         self.prefill_start_ms = self.prefill_end_ms = self.first_token_ms = self.finish_ms = -1.0
         self.max_itl_ms = 0.0
         self.wan_kv_ms = NAN
@@ -57,7 +58,7 @@ class SimRequest:
             "request_id": self.request_id, "session_id": self.session_id, "turn": self.turn,
             "arrival_ms": self.arrival_ms, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "p_cached_tokens": self.p_cached_tokens, "decode_cached_tokens": self.decode_cached_tokens,
-            "pipeline": self.pipeline, "handoff_mode": self.handoff_mode,
+            "pipeline": self.pipeline, "offload_reason": self.offload_reason, "handoff_mode": self.handoff_mode,
             "prefill_start_ms": self.prefill_start_ms, "prefill_end_ms": self.prefill_end_ms,
             "first_token_ms": self.first_token_ms if not failed else NAN,
             "finish_ms": self.finish_ms if not failed else NAN,

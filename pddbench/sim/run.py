@@ -81,7 +81,7 @@ def _simulate(sc: Scenario, reqs: list[Request] | None,
         "sim_events_by_kind": loop.events_by_kind(),
         "sim_end_ms": loop.now,
         "instances": {
-            **{p.name: {"busy_ms": round(p.busy_ms, 3), "steps": p.steps} for p in cluster.prefill},
+            **{p.name: {"busy_ms": round(p.busy_ms, 3), "steps": p.steps} for p in cluster.prefill + cluster.remote_prefill},
             **{d.name: {"busy_ms": round(d.busy_ms, 3), "peak_batch": d.peak_batch}
                for d in cluster.decode + cluster.relay},
         },

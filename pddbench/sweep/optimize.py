@@ -28,7 +28,7 @@ from pddbench.sweep.payload import make_payload, ship_scenario
 
 MAX_CANDIDATES = MAX_OPTIMIZE_SPLITS  # the default; `optimize --max-splits` raises it
 MAX_CHIPS_PER_INSTANCE = 4096  # the scenario's own bound on deployment.<pool>.chips_per_instance
-SHORT = {"prefill": "P", "decode": "D", "relay": "RLD", "main": "MD"}
+SHORT = {"prefill": "P", "decode": "D", "relay": "RLD", "main": "MD", "remote_prefill": "PR"}
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -151,15 +151,40 @@ def _groups(sc: Scenario) -> list[tuple[str, list[str]]]:
     return sorted(by_chip.items())
 
 
+def sizes_that_fit(sc: Scenario, sizes: list[int]) -> dict[str, list[int]]:
+    """Per role, the instance sizes whose memory holds the model's weights (a smaller instance
+    cannot run at all, so it is no candidate); refused when none of `sizes` does for a role."""
+    from pddbench.sim.cluster import kv_capacity_tokens
+
+    out = {}
+    for role in ROLES_OF_KIND[sc.deployment.kind]:
+        pool = getattr(sc.deployment, role)
+        fit = []
+        for size in sorted(set(sizes)):
+            try:
+                kv_capacity_tokens(sc, pool.model_copy(update={"chips_per_instance": size}), role)
+            except UserError:
+                continue
+            fit.append(size)
+        if not fit:
+            chip = sc.chips[pool.chip]
+            need = sc.model.params_total_b * sc.model.weight_bytes_per_param / (chip.memory_gb * pool.kv_memory_fraction)
+            raise UserError(f"no size in --sizes {','.join(map(str, sorted(set(sizes))))} holds the model's weights on "
+                            f"deployment.{role} ({pool.chip}, {chip.memory_gb:g} GB each): give a size above "
+                            f"{need:.1f} chips per instance")
+        out[role] = fit
+    return out
+
+
 def count_splits(sc: Scenario, budget: dict[str, int], sizes: list[int], cap: int) -> tuple[int, bool]:
     """The number of candidate splits (the product over chip kinds of each kind's maximal splits),
     counted arithmetically, and whether it is exact: three or more roles on one chip kind are
     counted only until they pass `cap` (then the number is a lower bound, already past it)."""
-    sizes = sorted(set(sizes))
+    fits = sizes_that_fit(sc, sizes)
     total, exact = 1, True
     for chip, roles in _groups(sc):
         group = 0
-        for sz in itertools.product(sizes, repeat=len(roles)):
+        for sz in itertools.product(*(fits[r] for r in roles)):
             if sum(sz) <= budget[chip]:
                 group += _count_group(sz, budget[chip], min(sz), cap - group)
             if len(roles) > 2 and group > cap:  # one and two roles count exactly in O(size)
@@ -180,12 +205,12 @@ def _last_two(left: int, s_a: int, s_b: int, m: int) -> list[tuple[int, int]]:
     return [(n, (left - n * s_a) // s_b) for n in sorted(n for n0 in starts for n in range(n0, n_max + 1, period))]
 
 
-def _group(roles: list[str], budget: int, sizes: list[int]) -> list[dict]:
+def _group(roles: list[str], budget: int, fits: dict[str, list[int]]) -> list[dict]:
     """Maximal splits of one chip kind's budget over `roles`: each role >= 1 instance of a size in
-    `sizes`, total <= budget, and no role could take one more instance. Called once the count is
-    within the limit; the last role's count is computed, not searched."""
+    `fits[role]`, total <= budget, and no role could take one more instance. Called once the count
+    is within the limit; the last role's count is computed, not searched."""
     out = []
-    for sz in itertools.product(sizes, repeat=len(roles)):
+    for sz in itertools.product(*(fits[r] for r in roles)):
         if sum(sz) > budget:
             continue
         m = min(sz)
@@ -228,7 +253,8 @@ def candidate_splits(sc: Scenario, budget: dict[str, int], sizes: list[int],
     number is counted first and refused past `max_splits`."""
     check_split_count(sc, budget, sizes, max_splits)
     roles = ROLES_OF_KIND[sc.deployment.kind]
-    groups = [_group(rs, budget[c], sorted(set(sizes))) for c, rs in _groups(sc)]
+    fits = sizes_that_fit(sc, sizes)
+    groups = [_group(rs, budget[c], fits) for c, rs in _groups(sc)]
     out = [{k: v for g in combo for k, v in g.items()} for combo in itertools.product(*groups)]
     return [{r: s[r] for r in roles} for s in out]
 
