@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "optimize": (["paper/pdd", "--budget", "A=88", *TINY], {"--out": FOLDER, "--results": FOLDER}),
     "crossovers": (["--axes", "chips.B.price_per_hour", "--requests", "60", "--iterations", "1", "--steps", "0", "-j", "1"],
                    {"--out": FOLDER, "--results": FOLDER}),
+    "designs": (["{designs}", "-j", "1"], {"--out": FOLDER, "--results": FOLDER}),
     "sweep": (["{sweep}"], {"--out": FOLDER, "--results": FOLDER}),
     "compare": (["{run}"], {"--out": FOLDER, "--results": FOLDER}),
     "replay": (["--endpoint", "http://127.0.0.1:9", "--trace", "{trace}"], {"--out": FOLDER, "--results": FOLDER}),
@@ -92,7 +93,11 @@ def inputs(tmp_path_factory):
     sweep = tmp / "sweep.yaml"
     sweep.write_text("base: paper/pdd\nname: battery\nmeasure: run\nset:\n  - workload.synth.requests=30\n"
                      "axes:\n  sla.ttft_ms: [1000, 2000]\n")
-    return {"run": str(run), "trace": str(trace), "sweep": str(sweep), "tmp": str(tmp)}
+    designs = tmp / "designs.yaml"
+    designs.write_text("name: battery\nbudget: {H200: 16, H20: 32}\nsizes: [16]\nrequests: 60\nseeds: 1\n"
+                       "iterations: 1\nreference: naive\ndesigns:\n  naive: {scenario: prfaas/naive-heterogeneous-pd}\n"
+                       "  prfaas: {scenario: prfaas/prfaas}\n")
+    return {"run": str(run), "trace": str(trace), "sweep": str(sweep), "tmp": str(tmp), "designs": str(designs)}
 
 
 def _args(name: str, inputs: dict) -> list[str]:

@@ -23,7 +23,7 @@ def resolve_scenario(ref: str | Path) -> Path:
 
 def shipped_scenario_names() -> list[str]:
     return sorted(str(p.relative_to(SCENARIOS).with_suffix("")) for p in SCENARIOS.glob("*/*.yaml")
-                  if p.stem != "base" and p.parent.name != "sweeps")  # sweeps/ holds sweep files
+                  if p.stem != "base" and p.parent.name not in ("sweeps", "designs"))  # sweep and designs specs
 
 
 def resolve_sweep(ref: str | Path) -> Path:
