@@ -247,6 +247,16 @@ def designs_cmd(
                                        "results/designs/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    along: Optional[str] = typer.Option(None, "--along", help="PATH=LO..HI: also find where each design wins along "
+                                        "this assumption, set on every design alike (e.g. network.wan.rate_gbps=1..400, "
+                                        "sla.tpot_ms=40..400, model.kv_bytes_per_token=2000..100000): every design's "
+                                        "best split at each probe, seed 0; designs_along.png."),
+    points: int = typer.Option(3, "--points", min=2, max=20, help="--along: grid probes (both ends and evenly "
+                               "between; geometric where HI/LO >= 10) before bisecting."),
+    steps: int = typer.Option(3, "--steps", min=0, max=10, help="--along: bisection steps in each bracket where "
+                              "the winner changes."),
+    max_searches: int = typer.Option(limits.MAX_CROSSOVER_SEARCHES, "--max-searches", min=1,
+                                     help="Refuse a run estimated to need more capacity searches than this."),
 ) -> None:
     """Several serving designs (e.g. same-DC PD, naive cross-DC PD, PDD, PrfaaS) on one trace and one
     chip budget, each at its best split (`optimize` on seed 0, every split of the spec's sizes on
@@ -257,7 +267,8 @@ def designs_cmd(
     from pddbench.reproduce.designs import run_designs
 
     result, folder = run_designs(spec, jobs or None, "" if ray else None, out, results,
-                                 on_stage=lambda m: console.print(f"  {m}", highlight=False, markup=False))
+                                 on_stage=lambda m: console.print(f"  {m}", highlight=False, markup=False),
+                                 along=along, points=points, steps=steps, max_searches=max_searches)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:

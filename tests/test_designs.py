@@ -118,3 +118,49 @@ def test_ctrl_c_after_the_split_search_keeps_the_best_splits(tmp_path):
     assert kept["interrupted"] is True and kept["complete"] is False
     assert set(kept["best_splits"]) == {"naive", "prfaas", "homogeneous"}
     assert not (out / ".claim").exists() and "kept" in err.strip().splitlines()[-1]
+
+
+def test_along_an_assumption_finds_where_the_winner_changes(tmp_path):
+    path, _ = _spec(tmp_path, claims=[], seeds=1, designs={
+        "naive": {"scenario": str(PRFAAS / "naive-heterogeneous-pd.yaml")},
+        "prfaas": {"scenario": str(PRFAAS / "prfaas.yaml")},
+        "same-dc": {"scenario": str(PRFAAS / "same-dc-heterogeneous-pd.yaml")}})
+    out = tmp_path / "out"
+    res = run_cli("designs", path, "-j", "1", "--along", "network.wan.rate_gbps=0.1..100", "--points", "3",
+                  "--steps", "2", "--out", out, "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    along = json.loads(res.stdout)["along"]
+    assert (out / "designs_along.png").is_file() and "designs_along.png" in (out / "designs.md").read_text()
+    values = [p["value"] for p in along["probes"]]
+    assert values == sorted(values) and values[0] == 0.1 and values[-1] == pytest.approx(100)
+    assert along["log"] and any(v == pytest.approx(math.sqrt(0.1 * 100)) for v in values)  # the geometric middle
+    by_value = {p["value"]: p["designs"] for p in along["probes"]}
+
+    def best(v):
+        rows = by_value[v]
+        return max(rows, key=lambda n: rows[n]["throughput_within_sla_rps"])
+    for c in (c for c in along["crossovers"] if c["criterion"] == "throughput"):
+        lo, hi = c["bracket"]
+        assert lo < c["value"] < hi and best(lo) == c["below"] and best(hi) == c["above"] != c["below"]
+    # the line limits only the designs whose KV crosses it: same-DC PD carries the same at every rate
+    same = {round(p["designs"]["same-dc"]["throughput_within_sla_rps"], 9) for p in along["probes"]}
+    assert len(same) == 1
+    naive = [p["designs"]["naive"]["throughput_within_sla_rps"] for p in along["probes"]]
+    assert naive[0] < naive[-1]
+
+
+@pytest.mark.parametrize("along, says", [("nope=1..2", "--along nope"), ("sla.tpot_ms=5..1", "finite LO < HI"),
+                                         ("workload.synth=1..2", "not a number"),
+                                         ("sla.tpot_ms=-5..10", "sla.tpot_ms=-5")])
+def test_a_bad_along_is_refused_before_anything_runs(tmp_path, along, says):
+    path, _ = _spec(tmp_path)
+    res = run_cli("designs", path, "--along", along, "--out", tmp_path / "out")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and says in res.stderr, res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_size_is_estimated_and_refused_before_anything_runs(tmp_path):
+    path, _ = _spec(tmp_path)
+    res = run_cli("designs", path, "--along", "sla.tpot_ms=40..400", "--max-searches", "5", "--out", tmp_path / "out")
+    assert res.returncode == 2 and "--max-searches" in res.stderr and "capacity searches" in res.stderr, res.stderr
+    assert not (tmp_path / "out").exists()

@@ -210,11 +210,14 @@ def _vs(value, ref_value, name: str, ref: str) -> str:
 
 
 def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | None, results: Path,
-                on_stage: Callable[[str], None] | None = None) -> tuple[dict, Path]:
+                on_stage: Callable[[str], None] | None = None, along: str | None = None, points: int = 3,
+                steps: int = 3, max_searches: int = 2000) -> tuple[dict, Path]:
     """`pddbench designs`: the spec checked and its size estimated first, then into `out` or a new
-    RESULTS/designs/<run-id>/: designs.json, designs.md, designs.png."""
+    RESULTS/designs/<run-id>/: designs.json, designs.md, designs.png; with `along` ("PATH=LO..HI")
+    where each design wins along that assumption (designs_along.py): designs_along.png."""
+    from pddbench.reproduce import designs_along as da
     from pddbench.core.io import check_out_options, run_folder, write_json, write_text
-    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, duration
+    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
     from pddbench.core.provenance import provenance
     from pddbench.core.ray_cluster import check_ray_option
     from pddbench.reproduce.designs_figure import designs_figure
@@ -223,14 +226,24 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
     from pddbench.sweep.optimize import check_split_count
 
     check_out_options(out, results)
+    axis = da.parse_along(along) if along else None
     spec, scenarios = load_spec(spec_path)
     budgets = {n: spec.designs[n].budget or spec.budget for n in spec.designs}
     splits = {n: check_split_count(sc, _budget_for(sc, budgets[n], spec_path, n), spec.sizes)
               for n, sc in scenarios.items()}
-    check_ray_option(ray)
-    say = on_stage or (lambda _m: None)
     per_search = capacity_probes(spec.iterations) * spec.requests * SIM_S_PER_REQUEST
     searches = sum(splits.values()) + len(spec.designs) * spec.seeds
+    if axis:
+        for sc in scenarios.values():  # a bad path or value is refused before the folder
+            da.with_value(sc, axis[0], axis[1]), da.with_value(sc, axis[0], axis[2])
+        searches += da.estimated_searches(splits, points, steps)
+    check_size(f"{len(spec.designs)} designs ({sum(splits.values())} candidate splits), {spec.seeds} seeds"
+               + (f", --along with --points {points} --steps {steps}," if axis else "") + " need at most",
+               searches, max_searches, per_search, "give --max-searches N (or fewer designs, sizes, --points, --steps)",
+               f"a capacity search of ~{capacity_probes(spec.iterations)} probes on {spec.requests:,} requests",
+               unit=" capacity searches")
+    check_ray_option(ray)
+    say = on_stage or (lambda _m: None)
     say(f"{len(spec.designs)} designs, {sum(splits.values())} candidate splits, {spec.seeds} seeds: about "
         f"{duration(searches * per_search)} of simulation on one core")
     with run_folder(out, results, "designs") as folder, make_executor(jobs, ray) as ex:
@@ -258,6 +271,14 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
                   "claims": [r.to_json() for r in rows], "words": words(spec, table, load_rps),
                   "complete": True, "interrupted": False,
                   "provenance": provenance()}
+        if axis:
+            write_json(folder.path / "designs.json", {**result, "complete": False, "interrupted": True})
+            folder.interrupted("designs.json (the comparison at the spec's assumptions; not the --along search)")
+            result["along"] = da.search_along(spec, scenarios, budgets, *axis, points, steps, ex, say)
+            result["words"] += result["along"]["words"]
+            result.update(complete=True, interrupted=False)
+            da.along_figure(result["along"], f"{spec.name}: where each design wins along {axis[0]} (seed 0, "
+                            f"{spec.requests:,} requests, best splits at every probe)", folder.path / "designs_along.png")
         write_json(folder.path / "designs.json", result)
         designs_figure(result, folder.path / "designs.png")
         write_text(folder.path / "designs.md", _markdown(result, rows, markdown_table))
@@ -356,4 +377,8 @@ def _markdown(result: dict, rows: list[Row], markdown_table) -> str:
         text += "\nCapacity warnings: " + "; ".join(f"{n}: {', '.join(w)}" for n, w in warned.items()) + "\n"
     if rows:
         text += "\n## The paper's figures\n\n" + markdown_table(rows)
+    if "along" in result:
+        al = result["along"]
+        text += (f"\n## Where each design wins along {al['axis']}\n\n" + "\n".join(f"- {w}" for w in al["words"])
+                 + "\n\n![where each design wins](designs_along.png)\n")
     return text
