@@ -110,7 +110,12 @@ def test_light_reproduce_writes_the_ledger(light_run):
     html = (out / "report.html").read_text()
     for c in CLAIMS:
         assert c.figure.replace("|", "/") in md
-    assert html.count("<tr class=") == len(CLAIMS) and "data:image/png;base64," in html
+    # the PDD ledger, then the PrfaaS ledger's own rows (its section: `pddbench designs` on the shipped spec)
+    prfaas = data["prfaas"]["rows"]
+    assert [r["id"] for r in prfaas] == ["prfaas_vs_homogeneous", "prfaas_vs_naive", "prfaas_p90_ttft", "prfaas_equal_cost"]
+    assert all(r["verdict"] in VERDICTS and r["seeds"] == 2 for r in prfaas)
+    assert "## The PrfaaS ledger" in md and (out / "prfaas" / "designs.json").is_file()
+    assert html.count("<tr class=") == len(CLAIMS) + len(prfaas) and "data:image/png;base64," in html
     # the answer first: at most ten lines, before the ledger, in the JSON, the markdown and the HTML
     answer = data["answer"]
     assert 1 < len(answer) <= 10 and answer[0].startswith("**The answer** (light run: 2 seeds, 40 requests")
@@ -352,5 +357,6 @@ def test_report_html_works_in_a_real_browser(light_run):
             browser.close()
     assert errors == []
     assert len(images) >= 6 and all(done and width > 0 for _, done, width in images), images
-    assert links == len(CLAIMS) and dangling == []
+    prfaas = json.loads((out / "reproduce.json").read_text())["prfaas"]["rows"]
+    assert links == len(CLAIMS) + len(prfaas) and dangling == []  # both ledgers' rows link to their details
     assert visible and scroll_y == 0 and box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 800, box

@@ -69,8 +69,9 @@ class DesignsSpec(_Strict):
     claims: list[ClaimEntry] = []
 
 
-def load_spec(path: Path) -> tuple[DesignsSpec, dict]:
-    """The spec and each design's seed-0 scenario; refused in one line (file, line, field)."""
+def load_spec(path: Path, overrides: dict | None = None) -> tuple[DesignsSpec, dict]:
+    """The spec (with `overrides` of its fields, e.g. reproduce's requests and seeds) and each
+    design's seed-0 scenario; refused in one line (file, line, field)."""
     from pddbench.core.loading import load_yaml, read_text
     from pddbench.schema.scenario import clean_loc, clean_msg, yaml_line
 
@@ -87,6 +88,8 @@ def load_spec(path: Path) -> tuple[DesignsSpec, dict]:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise error(clean_loc(err["loc"]), clean_msg(err["msg"])) from None
+    if overrides:
+        spec = spec.model_copy(update=overrides)
     for chip, n in spec.budget.items():
         if n < 1:
             raise error(("budget", chip), f"a budget is at least 1 chip, not {n}")
@@ -166,15 +169,28 @@ def load_values(s: dict) -> dict:
             "wan_egress_gbps": s["wan_kv_bytes"] * 8 / span_s / 1e9 if span_s else None}
 
 
-def claim_rows(spec: DesignsSpec, per_seed: dict[str, list[dict]]) -> list[Row]:
-    """Each claim's row: the change of its metric, `design` against `against`, one value per seed."""
+def claim_rows(spec: DesignsSpec, per_seed: dict[str, list[dict]], caps: dict[str, list[dict]]) -> list[Row]:
+    """Each claim's row: the change of its metric, `design` against `against`, one value per seed;
+    inconclusive where it rests on capacities that are not steady-state evidence."""
+    from pddbench.reproduce.claim_rows import unsteady_reason
+
     rows = []
     for c in spec.claims:
         vals = [change(a[c.metric], b[c.metric]) for a, b in zip(per_seed[c.design], per_seed[c.against])]
         claim = Claim(c.id, c.figure, c.article, "%", "change", c.tolerance,
                       f"{c.design} vs {c.against}, each at its best split ({METRICS[c.metric]}: {c.metric})")
-        rows.append(Row(claim, [v for v in vals if v is not None]))
+        row = Row(claim, [v for v in vals if v is not None])
+        if METRICS[c.metric] == "capacity":
+            row.unsteady = unsteady_reason(caps[c.design] + caps[c.against])
+        rows.append(row)
     return rows
+
+
+def rows_from_json(claims: list[dict]) -> list[Row]:
+    """designs.json's claims back as ledger rows (for the reproduction report)."""
+    fields = ("id", "figure", "article", "unit", "kind", "tolerance", "depends_on")
+    return [Row(Claim(*(c[f] for f in fields)), list(c["simulated_values"]), c["note"], c["unsteady"] or "")
+            for c in claims]
 
 
 def words(spec: DesignsSpec, table: dict[str, dict], load_rps: float) -> list[str]:
@@ -211,7 +227,7 @@ def _vs(value, ref_value, name: str, ref: str) -> str:
 
 def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | None, results: Path,
                 on_stage: Callable[[str], None] | None = None, along: str | None = None, points: int = 3,
-                steps: int = 3, max_searches: int = 2000) -> tuple[dict, Path]:
+                steps: int = 3, max_searches: int = 2000, overrides: dict | None = None) -> tuple[dict, Path]:
     """`pddbench designs`: the spec checked and its size estimated first, then into `out` or a new
     RESULTS/designs/<run-id>/: designs.json, designs.md, designs.png; with `along` ("PATH=LO..HI")
     where each design wins along that assumption (designs_along.py): designs_along.png."""
@@ -227,7 +243,7 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
 
     check_out_options(out, results)
     axis = da.parse_along(along) if along else None
-    spec, scenarios = load_spec(spec_path)
+    spec, scenarios = load_spec(spec_path, overrides)
     budgets = {n: spec.designs[n].budget or spec.budget for n in spec.designs}
     splits = {n: check_split_count(sc, _budget_for(sc, budgets[n], spec_path, n), spec.sizes)
               for n, sc in scenarios.items()}
@@ -258,7 +274,7 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
         runs = _common_load(spec_path, spec, best, load_rps, ex, say)
         per_seed = {n: [{**capacity_values(c), **load_values(s)} for c, s in zip(caps[n], runs[n])] for n in spec.designs}
         table = {n: {k: interval([v[k] for v in per_seed[n]]) for k in METRICS} for n in spec.designs}
-        rows = claim_rows(spec, per_seed)
+        rows = claim_rows(spec, per_seed, caps)
         result = {"name": spec.name, "description": spec.description, "spec": spec.model_dump(mode="json"),
                   "reference": spec.reference, "common_load_rps": load_rps,
                   "designs": {n: {"scenario": spec.designs[n].scenario, "budget": budgets[n],

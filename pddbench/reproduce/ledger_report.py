@@ -28,14 +28,21 @@ def _short_markdown_table(rows: list[Row]) -> str:
                           + f" | [details](#{anchor(r)}) |\n" for r in rows)
 
 
-def report_markdown(rows: list[Row], context: str, figures: list[tuple[str, str]], answer: list[str]) -> str:
+Section = tuple[str, str, list[Row]]  # (title, what it is in words, its rows): another paper's ledger
+
+
+def report_markdown(rows: list[Row], context: str, figures: list[tuple[str, str]], answer: list[str],
+                    sections: list[Section] = ()) -> str:
     """The answer first, then the ledger with short cells, the shared context once, each row's
-    details (linked from its line), then the figures."""
+    details (linked from its line), then the figures; `sections` after the ledger, each its own."""
     figs = "".join(f"\n### {title}\n![{title}]({path})\n" for title, path in figures)
+    every = rows + [r for _, _, rs in sections for r in rs]
     details = "".join(f'\n<a id="{anchor(r)}"></a>\n**{r.claim.figure}** ({r.verdict}): {detail_text(r)}\n'
-                      for r in rows)
+                      for r in every)
+    more = "".join(f"## {title}\n\n{text}\n\n{verdict_counts(rs)}.\n\n{_short_markdown_table(rs)}\n"
+                   for title, text, rs in sections)
     return (f"# pddbench: the article, figure by figure\n\n" + "\n".join(answer) + "\n\n"
-            f"## The ledger\n\n{verdict_counts(rows)}.\n\n{_short_markdown_table(rows)}\n"
+            f"## The ledger\n\n{verdict_counts(rows)}.\n\n{_short_markdown_table(rows)}\n{more}"
             f"## Context\n\n{context}\n\n## Details, claim by claim\n{details}\n## Figures\n{figs}")
 
 
@@ -46,14 +53,20 @@ def _inline_markdown(text: str) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
 
 
-def report_html(rows: list[Row], context: str, figures: list[tuple[str, Path]], answer: list[str]) -> str:
+def report_html(rows: list[Row], context: str, figures: list[tuple[str, Path]], answer: list[str],
+                sections: list[Section] = ()) -> str:
     def cell(text: str) -> str:
         return f"<td>{html.escape(text)}</td>"
 
-    body = "".join(f"<tr class='{html.escape(r.verdict.replace(' ', '-'))}'>" + "".join(cell(c) for c in short_cells(r))
-                   + f"<td><a href='#{anchor(r)}'>details</a></td></tr>" for r in rows)
+    def table(rs: list[Row]) -> str:
+        body = "".join(f"<tr class='{html.escape(r.verdict.replace(' ', '-'))}'>" + "".join(cell(c) for c in short_cells(r))
+                       + f"<td><a href='#{anchor(r)}'>details</a></td></tr>" for r in rs)
+        return (f"<p>{html.escape(verdict_counts(rs))}</p><table><tr><th>figure</th><th>article</th>"
+                f"<th>simulated</th><th>verdict</th><th></th></tr>{body}</table>")
+
+    more = "".join(f"<h2>{html.escape(title)}</h2><p>{html.escape(text)}</p>{table(rs)}" for title, text, rs in sections)
     details = "".join(f"<p id='{anchor(r)}'><b>{html.escape(r.claim.figure)}</b> ({html.escape(r.verdict)}): "
-                      f"{html.escape(detail_text(r))}</p>" for r in rows)
+                      f"{html.escape(detail_text(r))}</p>" for r in rows + [r for _, _, rs in sections for r in rs])
     imgs = "".join(f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,"
                    f"{base64.b64encode(path.read_bytes()).decode()}'>" for title, path in figures if path.is_file())
     head, *points = answer or [""]
@@ -66,8 +79,7 @@ def report_html(rows: list[Row], context: str, figures: list[tuple[str, Path]], 
              "font-size:14px}#answer ul{margin:0 0 .5em 0;padding-left:1.2em}img{max-width:100%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>pddbench ledger</title><style>{style}</style>"
             f"</head><body><h1>The article, figure by figure</h1>{answer_html}"
-            f"<h2>The ledger</h2><p>{html.escape(verdict_counts(rows))}</p><table><tr><th>figure</th><th>article</th>"
-            f"<th>simulated</th><th>verdict</th><th></th></tr>{body}</table><h2>Context</h2><p>{html.escape(context)}</p>"
+            f"<h2>The ledger</h2>{table(rows)}{more}<h2>Context</h2><p>{html.escape(context)}</p>"
             f"<h2>Details, claim by claim</h2>{details}<h2>Figures</h2>{imgs}</body></html>\n")
 
 
