@@ -51,12 +51,20 @@ class Axis:
         if self.name == "network.wan.rate_gbps":
             # the shipped line's profile (cross-city-10g) with another rate
             return [f"network.wan={{delay_ms: 15, jitter: {{distribution: normal, sd_ms: 1.0}}, rate_gbps: {value:.9g}}}"]
-        if self.name == "workload.hit_mix_pdd_share":
-            hist = [round(value * p + (1 - value) * m, 9) for p, m in zip(PDD_LIKE_HIST, MOONCAKE_LIKE_HIST)]
-            return [f"workload.synth.target_hist=[{', '.join(f'{h:.9g}' for h in hist)}]"]
+        if self.name == HIT_MIX_AXIS:
+            return [f"workload.synth.target_hist=[{', '.join(f'{h:.9g}' for h in hit_mix_hist(value))}]"]
         if self.name == "workload.synth.output_median_tokens":
             return [f"{self.name}={round(value)}"]
         return [f"{self.name}={value:.9g}"]
+
+
+HIT_MIX_AXIS = "workload.hit_mix_pdd_share"  # not a scenario field: a blend of two hit-rate histograms
+
+
+def hit_mix_hist(share: float) -> list[float]:
+    """The generated trace's hit-rate histogram `share` of the way from the Mooncake-like mix
+    (0) to the PDD-like one (1)."""
+    return [round(share * p + (1 - share) * m, 9) for p, m in zip(PDD_LIKE_HIST, MOONCAKE_LIKE_HIST)]
 
 
 # The simulated axes (throughput and BCR), each with its shipped value inside the range.

@@ -28,6 +28,7 @@ from pddbench.reproduce.ledger import Claim, Row
 
 METRICS = {  # claim metric -> where its per-seed value comes from
     "throughput_within_sla_rps": "capacity", "bcr": "capacity", "cost_per_1k_requests_usd": "capacity",
+    "cost_per_mtok_usd": "capacity and common load",
     "ttft_mean_ms": "common load", "ttft_p90_ms": "common load", "tpot_p90_ms": "common load",
     "wan_kv_bytes_per_request": "common load", "wan_egress_gbps": "common load",
 }
@@ -161,10 +162,19 @@ def capacity_values(cap: dict) -> dict:
             "cost_per_1k_requests_usd": cost / (rps * 3.6) if rps and cost is not None else None}
 
 
+def with_token_cost(v: dict) -> dict:
+    """$ per million output tokens at capacity: the hour's cost over the tokens it serves (the
+    requests at capacity x the mean output length the common-load run measured)."""
+    per_1k, out = v["cost_per_1k_requests_usd"], v.get("output_tokens_per_request")
+    return {**v, "cost_per_mtok_usd": per_1k * 1000 / out if per_1k is not None and out else None}
+
+
 def load_values(s: dict) -> dict:
     n = s["requests_total"] or 0
     span_s = s.get("duration_s") or 0  # first arrival -> last completion: the line's busy span at most
+    tokens = s.get("output_tokens_per_s") and s.get("throughput_rps") and s["output_tokens_per_s"] / s["throughput_rps"]
     return {"ttft_mean_ms": s["ttft_ms"]["mean"], "ttft_p90_ms": s["ttft_ms"]["p90"], "tpot_p90_ms": s["tpot_ms"]["p90"],
+            "output_tokens_per_request": tokens or None,
             "wan_kv_bytes_per_request": s["wan_kv_bytes"] / n if n else None,
             "wan_egress_gbps": s["wan_kv_bytes"] * 8 / span_s / 1e9 if span_s else None}
 
@@ -180,7 +190,7 @@ def claim_rows(spec: DesignsSpec, per_seed: dict[str, list[dict]], caps: dict[st
         claim = Claim(c.id, c.figure, c.article, "%", "change", c.tolerance,
                       f"{c.design} vs {c.against}, each at its best split ({METRICS[c.metric]}: {c.metric})")
         row = Row(claim, [v for v in vals if v is not None])
-        if METRICS[c.metric] == "capacity":
+        if "capacity" in METRICS[c.metric]:
             row.unsteady = unsteady_reason(caps[c.design] + caps[c.against])
         rows.append(row)
     return rows
@@ -272,7 +282,8 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
         load_rps = spec.load_fraction * min(interval([c["throughput_within_sla_rps"] for c in cs])["mean"] or 0
                                             for cs in caps.values())
         runs = _common_load(spec_path, spec, best, load_rps, ex, say)
-        per_seed = {n: [{**capacity_values(c), **load_values(s)} for c, s in zip(caps[n], runs[n])] for n in spec.designs}
+        per_seed = {n: [with_token_cost({**capacity_values(c), **load_values(s)}) for c, s in zip(caps[n], runs[n])]
+                    for n in spec.designs}
         table = {n: {k: interval([v[k] for v in per_seed[n]]) for k in METRICS} for n in spec.designs}
         rows = claim_rows(spec, per_seed, caps)
         result = {"name": spec.name, "description": spec.description, "spec": spec.model_dump(mode="json"),
@@ -378,6 +389,7 @@ def _cell(iv: dict, fmt: str, scale: float = 1.0) -> str:
 def _markdown(result: dict, rows: list[Row], markdown_table) -> str:
     cols = [("throughput within SLA (req/s)", "throughput_within_sla_rps", ".3g", 1.0),
             ("BCR (req/s per $/h)", "bcr", ".3g", 1.0), ("$ per 1k requests", "cost_per_1k_requests_usd", ".3g", 1.0),
+            ("$ per M output tokens", "cost_per_mtok_usd", ".3g", 1.0),
             ("P90 TTFT (s)", "ttft_p90_ms", ".3g", 1e-3), ("P90 TPOT (ms)", "tpot_p90_ms", ".3g", 1.0),
             ("WAN egress (Gbit/s)", "wan_egress_gbps", ".3g", 1.0)]
     head = "| design | best split | " + " | ".join(c[0] for c in cols) + " |\n|" + " --- |" * (len(cols) + 2) + "\n"

@@ -50,7 +50,14 @@ def with_value(sc, path: str, value: float):
 
     from pddbench.schema.scenario import Scenario
 
+    from pddbench.reproduce.crossovers import HIT_MIX_AXIS, hit_mix_hist
+
     data = sc.model_dump(mode="json")
+    if path == HIT_MIX_AXIS:  # 0: the Mooncake-like hit mix .. 1: the PDD-like one
+        if not 0 <= value <= 1 or data["workload"].get("synth") is None:
+            raise UserError(f"--along {path}: a share from 0 to 1 of a generated (synth) workload's mix")
+        data["workload"]["synth"]["target_hist"] = hit_mix_hist(value)
+        return Scenario.model_validate(data)
     keys = path.split(".")
     if keys[:2] == ["network", "wan"] and isinstance(data["network"]["wan"], str):
         data["network"]["wan"] = sc.network.wan_profile().model_dump(mode="json")
@@ -58,7 +65,8 @@ def with_value(sc, path: str, value: float):
     for k in keys[:-1]:
         if not isinstance(node, dict) or k not in node:
             raise UserError(f"--along {path}: the scenario has no '{k}' there (e.g. network.wan.rate_gbps, "
-                            "sla.tpot_ms, model.kv_bytes_per_token, chips.<chip>.price_per_hour)")
+                            "sla.tpot_ms, model.kv_bytes_per_token, chips.<chip>.price_per_hour, "
+                            "workload.synth.max_context_tokens, workload.hit_mix_pdd_share)")
         node = node[k]
     old = node.get(keys[-1], None) if isinstance(node, dict) else None
     if not isinstance(node, dict) or keys[-1] not in node or isinstance(old, bool) or not isinstance(old, (int, float, type(None))):
