@@ -443,6 +443,9 @@ def replay_cmd(
     ray: bool = typer.Option(False, "--ray", help="The --workers are Ray actors, spread over $RAY_ADDRESS's "
                              "cluster's nodes (load generators on several machines; each node's clock offset "
                              "is measured and the schedule shared), else over a local Ray runtime."),
+    datacenter: Optional[str] = typer.Option(None, "--datacenter", help="With --ray: place the actors only on the "
+                                             "nodes of this datacenter (nodes started with the custom resource "
+                                             "dc_<name>, e.g. `ray start --resources '{\"dc_a\": 64}'`)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: a new results/replay/<run-id>/)."),
     results: Path = typer.Option(Path("results"), "--results", help="Results root for the default folder."),
 ) -> None:
@@ -459,7 +462,8 @@ def replay_cmd(
     summary, folder = replay_trace(endpoint, model, trace, out, results, block_size=block_size,
                                    vocab=(vocab_lo, vocab_hi), time_scale=time_scale, rate=rate, arrival=arrival,
                                    concurrency=concurrency, duration_s=duration_s, seed=seed, timeout_s=timeout_s,
-                                   pipeline=pipeline, workers=workers, ray="" if ray else None)
+                                   pipeline=pipeline, workers=workers, ray="" if ray else None,
+                                   datacenter=datacenter)
     print_summary(summary)
     console.print(f"[green]wrote[/] {folder}")
 

@@ -320,3 +320,62 @@ def test_a_worker_gone_after_its_clock_sync_is_lost_not_a_traceback(tmp_path, mo
     pool.start_together()
     account = pool.accounts()[0]
     assert account["state"] == "lost" and "before its start" in account["lost_because"]
+
+
+def test_datacenter_places_the_actors_on_that_datacenters_nodes(tmp_path, ray_free):
+    """--ray --datacenter a: the actors go only to nodes carrying the resource dc_a, here a real
+    `ray start` head (inside a loopback-only namespace, with the endpoint beside it); a datacenter
+    no node is in is refused in one line, and --datacenter without --ray too."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a loopback-only namespace")
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    trace = tmp_path / "t.jsonl"
+    _trace(trace, 30, 20, 5)
+    alone = run_cli("replay", "--endpoint", "http://127.0.0.1:9", "--trace", trace, "--datacenter", "a",
+                    "--out", tmp_path / "no-ray")
+    assert alone.returncode == 2 and "give --ray too" in alone.stderr and not (tmp_path / "no-ray").exists()
+    ns = f"pddb-dc-{os.getpid()}"
+    inside = ["ip", "netns", "exec", ns]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    gcs, http = free_port(), free_port()
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    srv = None
+    try:
+        subprocess.run([*inside, "ip", "link", "set", "lo", "up"], check=True)
+        subprocess.run([*inside, ray_bin, "start", "--head", f"--port={gcs}", "--node-ip-address=127.0.0.1",
+                        "--num-cpus=2", "--resources={\"dc_a\": 4}", "--include-dashboard=false",
+                        "--disable-usage-stats"], check=True, env=env, capture_output=True, timeout=180)
+        srv = subprocess.Popen([*inside, sys.executable, "-m", "pddbench.live.fixed_server", "--port", str(http),
+                                "--ttft-ms", "5", "--itl-ms", "1"], cwd=REPO, stdout=subprocess.DEVNULL)
+        cluster = {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}"}
+
+        def replay(dc: str, out: Path) -> subprocess.CompletedProcess:
+            return subprocess.run([*inside, sys.executable, "-m", "pddbench", "replay", "--endpoint",
+                                   f"http://127.0.0.1:{http}", "--trace", str(trace), "--model", "fixed", "--workers",
+                                   "2", "--ray", "--datacenter", dc, "--out", str(out)], cwd=REPO, env=cluster,
+                                  capture_output=True, text=True, timeout=600)
+        subprocess.run([*inside, sys.executable, "-c", "from pddbench.live.net import wait_port; "
+                        f"wait_port('127.0.0.1', {http}, timeout_s=30)"], cwd=REPO, check=True, timeout=60)
+        placed = replay("a", tmp_path / "a")
+        assert placed.returncode == 0, placed.stderr[-3000:]
+        summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+        assert [w["state"] for w in summary["replay_workers"]] == ["done", "done"]
+        assert summary["requests_completed"] == 30
+        nowhere = replay("b", tmp_path / "b")
+        assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr
+        assert "--datacenter b: no node of the Ray cluster has the resource dc_b" in nowhere.stderr
+        assert not (tmp_path / "b").exists()
+    finally:
+        if srv is not None:
+            srv.terminate()
+            srv.wait()
+        subprocess.run([*inside, ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for _ in range(20):
+        if not _ray_processes():
+            break
+        time.sleep(0.5)

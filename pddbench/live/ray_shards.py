@@ -2,6 +2,11 @@
 merged records as `--workers` on this host (shards.py), with each worker a Ray actor that Ray
 spreads over the cluster's nodes, so load generators can sit on several machines.
 
+Placement by datacenter: with `datacenter` DC every actor asks for a sliver of the custom resource
+`dc_<DC>`, so Ray places the load generators only on the nodes started with it (`ray start
+--resources '{"dc_a": 64}'`), e.g. beside the front they drive; a cluster with no such node is
+refused in one line before any actor is made.
+
 One schedule across machines, as on one host: every actor first gets its requests and warms its
 connections (prepare); then, each node's CLOCK_MONOTONIC having its own origin, the parent measures
 every actor's clock offset (ping-pong through Ray, the sample with the shortest round trip) and
@@ -106,11 +111,18 @@ class ReplayActor:
                            "records": [outcome_record(o, spec["pipeline"]) for o in outcomes]})
 
 
+def dc_resource(datacenter: str) -> str:
+    """The custom Ray resource that marks a node as in `datacenter`."""
+    return f"dc_{datacenter}"
+
+
 def replay_on_ray(endpoint: str, model: str, reqs: list[LiveRequest], workers: int, address: str | None, *,
                   concurrency: int | None, timeout_s: float, pipeline: str,
-                  on_progress: Progress) -> tuple[pd.DataFrame, list[dict], bool]:
-    """Send `reqs` from `workers` Ray actors (address None: a local runtime of `workers` CPUs);
-    returns (records of every request, one account per worker, interrupted), as replay_sharded."""
+                  on_progress: Progress, datacenter: str | None = None) -> tuple[pd.DataFrame, list[dict], bool]:
+    """Send `reqs` from `workers` Ray actors (address None: a local runtime of `workers` CPUs), on
+    the nodes of `datacenter` where given; returns (records of every request, one account per
+    worker, interrupted), as replay_sharded."""
+    from pddbench.core.errors import UserError
     from pddbench.core.ray_cluster import connect_ray, disconnect_ray
 
     owner = assign_sessions(reqs, workers)
@@ -118,6 +130,14 @@ def replay_on_ray(endpoint: str, model: str, reqs: list[LiveRequest], workers: i
     parts = [(k, part) for k, part in parts if part]
     shares = concurrency_shares(concurrency, len(parts))
     ray, _where, log = connect_ray(address, workers if address is None else None)
+    placement = {}
+    if datacenter is not None:
+        resource = dc_resource(datacenter)
+        if not ray.cluster_resources().get(resource):
+            disconnect_ray(ray, log)
+            raise UserError(f"--datacenter {datacenter}: no node of the Ray cluster has the resource {resource}; "
+                            f"start that datacenter's nodes with `ray start ... --resources '{{\"{resource}\": 64}}'`")
+        placement = {"resources": {resource: 0.001}}  # a sliver: the CPUs, not this, bound how many fit
     accounts = [{"worker": k, "requests": len(part), "sessions": len({session_key(r) for r in part}),
                  "state": "starting", "interrupted": False, "clock_offset_ms": None, "clock_rtt_ms": None,
                  "lost_because": "", "node": None} for k, part in parts]
@@ -128,7 +148,7 @@ def replay_on_ray(endpoint: str, model: str, reqs: list[LiveRequest], workers: i
     with CtrlC() as ctrl_c:
         try:
             remote = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(ReplayActor)
-            actors = [remote.options(scheduling_strategy="SPREAD").remote() for _ in parts]
+            actors = [remote.options(scheduling_strategy="SPREAD", **placement).remote() for _ in parts]
             try:
                 _place(ray, actors, accounts, ctrl_c)
                 for (k, part), share, actor, acc in zip(parts, shares, actors, accounts):

@@ -4,6 +4,7 @@ same records and summary as the simulator."""
 from __future__ import annotations
 
 import bisect
+import re
 import socket
 from pathlib import Path
 from typing import Callable
@@ -42,7 +43,7 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
            arrival: str = "poisson", concurrency: int | None = None, duration_s: float | None = None,
            seed: int = 0, timeout_s: float = 600.0, lag_tolerance_ms: float = 10.0,
            sla: tuple[float, float, float] = (2000.0, 100.0, 90.0), pipeline: str = "colocated",
-           workers: int = 1, ray: str | None = None) -> dict:
+           workers: int = 1, ray: str | None = None, datacenter: str | None = None) -> dict:
     """Replay into `out` from this process, `workers` processes, or (`ray`: "" for $RAY_ADDRESS's
     cluster or a local runtime, else a cluster address) `workers` Ray actors."""
     schedule = make_schedule(trace, time_scale, rate, arrival, seed, duration_s)
@@ -55,7 +56,7 @@ def replay(endpoint: str, model: str, trace: list[Request], out: Path, *, block_
 
             records, accounts, interrupted = replay_on_ray(
                 endpoint, model, reqs, workers, ray or None, concurrency=concurrency, timeout_s=timeout_s,
-                pipeline=pipeline, on_progress=on_progress)
+                pipeline=pipeline, on_progress=on_progress, datacenter=datacenter)
         elif workers > 1:
             from pddbench.live.shards import replay_sharded
 
@@ -155,6 +156,10 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     if options.get("arrival", "poisson") not in ARRIVALS:
         raise UserError(f"--arrival '{options['arrival']}': choose {', '.join(ARRIVALS)}")
     _check_workers(options.get("workers", 1), options.get("concurrency"))
+    dc = options.get("datacenter")
+    if dc is not None and (options.get("ray") is None or not re.fullmatch(r"[A-Za-z0-9_]+", dc)):
+        raise UserError(f"--datacenter {dc}: places Ray actors (give --ray too) by a datacenter name of letters, "
+                        "digits and _ (the nodes carry the resource dc_<name>)")
     check_out_options(out, results)
     check_ray_option(options.get("ray"))
     reqs = load_trace(trace_path, options.get("block_size", 512))
