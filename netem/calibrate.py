@@ -173,10 +173,16 @@ def rtt_explained(r: dict, target_ms: float, slack_ms: float = 3.0) -> bool:
             and bool(r["valid"]) and r["probes"]["lost"] == 0)
 
 
-def calibrate(probes: int = 200, interval_ms: float = 10.0, bulk_seconds: float = 3.0) -> dict:
+def calibrate(probes: int = 200, interval_ms: float = 10.0, bulk_seconds: float = 3.0,
+              peer_address: str | None = None) -> dict:
     st = status()
     if not st.get("up"):
         raise NetemError("no emulated WAN is up; run `pddbench netem up PROFILE` first")
+    if st.get("mode") == "host":
+        return calibrate_host(st, peer_address, probes, interval_ms, bulk_seconds)
+    if peer_address is not None:
+        raise NetemError("--peer-address is for host mode (netem up --dev --peer); the namespaces' link "
+                         "is measured between them")
     profile = LinkProfile.model_validate(st["profile"])
     hosts = {h["dc"]: h for h in st["topology"]["hosts"]}
     a_ns, b_ns, b_addr = hosts["a"]["netns"], hosts["b"]["netns"], hosts["b"]["address"]
@@ -211,6 +217,59 @@ def calibrate(probes: int = 200, interval_ms: float = 10.0, bulk_seconds: float 
                        "tools": tool_scheduling()},
         "targets": targets(profile),
     }
+    result["valid"] = worst_p99 is None or worst_p99 <= profile.lateness_tolerance_ms
+    if not result["valid"]:
+        result["invalid_reason"] = (f"emulator lateness p99 {worst_p99:.2f} ms exceeds the profile's tolerance "
+                                    f"{profile.lateness_tolerance_ms} ms: results over this link are not trustworthy")
+    return result
+
+
+def calibrate_host(st: dict, peer_address: str | None, probes: int, interval_ms: float, bulk_seconds: float) -> dict:
+    """Host mode: RTT and goodput from this host to `peer_address` (inside the shaped prefix), where
+    `python -m netem.tools echo 9100` and `python -m netem.tools sink 9101` run. This host applies
+    its receiving direction's delay and its sending direction's rate: the RTT target is that one-way
+    delay (a peer in host mode with the other direction adds its own), the goodput target the rate."""
+    import ipaddress
+
+    if peer_address is None:
+        raise NetemError("host mode: give --peer-address, a host of the peer prefix running "
+                         f"`python -m netem.tools echo {ECHO_PORT}` and `python -m netem.tools sink {SINK_PORT}`")
+    if ipaddress.ip_address(peer_address) not in ipaddress.ip_network(st["peer"]):
+        raise NetemError(f"--peer-address {peer_address} is outside the shaped prefix {st['peer']}")
+    profile = LinkProfile.model_validate(st["profile"])
+    _dump_stats()
+    probe = subprocess.run([sys.executable, "-m", "netem.tools", "probe", peer_address, str(ECHO_PORT), str(probes),
+                            str(interval_ms)], capture_output=True, text=True, timeout=600, preexec_fn=_tool_preexec)
+    if probe.returncode != 0:
+        raise NetemError(f"RTT probe to {peer_address} failed (is the echo running there?): {probe.stderr.strip()[-300:]}")
+    rtt = json.loads(probe.stdout)
+    light = _dump_stats()
+    bulk = None
+    if bulk_seconds > 0:
+        send = subprocess.run([sys.executable, "-m", "netem.tools", "send", peer_address, str(SINK_PORT), str(bulk_seconds)],
+                              capture_output=True, text=True, timeout=600, preexec_fn=_tool_preexec)
+        if send.returncode != 0:
+            raise NetemError(f"bulk send to {peer_address} failed (is the sink running there?): {send.stderr.strip()[-300:]}")
+        sent = json.loads(send.stdout)
+        bulk = {**sent, "throughput_mbps": sent["bytes"] * 8 / sent["seconds"] / 1e6 if sent["seconds"] else None}
+    lat = {d: s["lateness_ms"] for d, s in light.items()}
+    worst_p99 = max((v["p99"] or 0.0) for v in lat.values()) if lat else None
+    receive, sends = st["receives"], st["sends"]
+    j = getattr(profile, receive).jitter or profile.jitter
+    rate = effective_rate_gbps(profile, direction=sends, emulated=True)
+    result = {"mode": "host", "backend": st["backend"], "profile": profile.name, "dev": st["dev"], "peer": st["peer"],
+              "peer_address": peer_address, "rate_scale": profile.rate_scale, "tcp": st["tcp"],
+              "rtt_ms": _dist(rtt["rtt_ms"]), "probes": {"sent": rtt["sent"], "lost": len(rtt["lost"])},
+              "throughput_mbps": bulk["throughput_mbps"] if bulk else None, "bulk": bulk,
+              "lateness_ms": {"p50": max((v["p50"] or 0.0) for v in lat.values()) if lat else None, "p99": worst_p99,
+                              "max": max((v["max"] or 0.0) for v in lat.values()) if lat else None,
+                              "per_direction": lat},
+              "drops": {d: s["dropped"] for d, s in light.items()},
+              "targets": {"rtt_ms": effective_delay_ms(profile, direction=receive),
+                          "rtt_sd_ms": j.sd_ms if j.distribution == "normal" else 0.0,
+                          "throughput_mbps": rate * 1000 if rate else None,
+                          "lateness_tolerance_ms": profile.lateness_tolerance_ms,
+                          "note": f"this host's share: the {receive} delay and the {sends} rate"}}
     result["valid"] = worst_p99 is None or worst_p99 <= profile.lateness_tolerance_ms
     if not result["valid"]:
         result["invalid_reason"] = (f"emulator lateness p99 {worst_p99:.2f} ms exceeds the profile's tolerance "

@@ -56,11 +56,21 @@ def probe() -> dict:
     return info
 
 
-def _delay_line_cmd(host_ns: str, direction: str) -> list[str]:
+def _delay_line_cmd(host_ns: str | None, direction: str) -> list[str]:
+    """The delay line's command: in `host_ns`, or (None) in this namespace (host mode)."""
     d = STATE_DIR
-    return ["ip", "netns", "exec", host_ns, sys.executable, "-m", "netem.delayline", "--queue", str(QUEUE),
+    inside = ["ip", "netns", "exec", host_ns] if host_ns else []
+    return [*inside, sys.executable, "-m", "netem.delayline", "--queue", str(QUEUE),
             "--profile", str(d / "profile.json"), "--direction", direction,
             "--stats", str(d / f"stats-{direction}.json"), "--ready", str(d / f"ready-{direction}.json")]
+
+
+def _start_delay_line(host_ns: str | None, direction: str) -> None:
+    proc = subprocess.Popen(_delay_line_cmd(host_ns, direction), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=open(STATE_DIR / f"delayline-{direction}.log", "w"),
+                            start_new_session=True)
+    (STATE_DIR / f"pid-{direction}").write_text(str(proc.pid))
+    _STARTED[direction] = proc
 
 
 def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.0) -> dict:
@@ -96,11 +106,7 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.
                 shaping[direction] = apply_rate(sender.netns, sender.ifname, rate)
             ns_exec(receiver.netns, "iptables", "-t", "mangle", "-A", "PREROUTING", "-i", receiver.ifname,
                     "-m", "comment", "--comment", RULE_COMMENT, "-j", "NFQUEUE", "--queue-num", str(QUEUE))
-            proc = subprocess.Popen(_delay_line_cmd(receiver.netns, direction), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=open(STATE_DIR / f"delayline-{direction}.log", "w"),
-                                    start_new_session=True)
-            (STATE_DIR / f"pid-{direction}").write_text(str(proc.pid))
-            _STARTED[direction] = proc
+            _start_delay_line(receiver.netns, direction)
         if chosen != "kernel-netem":
             _wait_ready(ready_timeout_s)
         state = {"backend": chosen, "profile": profile.model_dump(mode="json"), "topology": topo.to_dict(),
@@ -113,9 +119,43 @@ def up(profile: LinkProfile, backend: str = "auto", ready_timeout_s: float = 60.
         raise
 
 
-def _wait_ready(timeout_s: float) -> None:
+def up_on_host(profile: LinkProfile, dev: str, peer: str, sends: str = "forward",
+               ready_timeout_s: float = 60.0) -> dict:
+    """Host mode (netem/host_mode.py): shape only this host's traffic with `peer` on `dev`; on any
+    failure or Ctrl-C, remove what was added."""
+    from netem.host_mode import HostModeError, up_host
+
+    _require_root()
+    if (STATE_DIR / "state.json").exists():
+        raise NetemError("an emulated WAN is already up; run `pddbench netem down` first")
+    info = probe()
+    if not info["nfqueue"]:
+        raise NetemError("host mode needs root, iptables (apt-get install iptables) and NFQUEUE")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        (STATE_DIR / "profile.json").write_text(profile.model_dump_json())
+        state = up_host(STATE_DIR, profile, dev, peer, sends, QUEUE, lambda _cmd, d: _start_delay_line(None, d))
+        _wait_ready(ready_timeout_s, (state["receives"],))
+        state.update(profile=profile.model_dump(mode="json"), rate_scale=profile.rate_scale, probe=info,
+                     tcp={"this host": read_tcp_settings(None)}, started=time.time())
+        (STATE_DIR / "state.json").write_text(json.dumps(state, indent=2))
+        return state
+    except HostModeError as exc:
+        _down_host_only()
+        raise NetemError(str(exc)) from None
+    except BaseException:
+        _down_host_only()
+        raise
+
+
+def _down_host_only() -> None:
+    """A host-mode start that failed: what it added, never another emulation's namespaces."""
+    down(host_mode=True)
+
+
+def _wait_ready(timeout_s: float, directions: tuple[str, ...] = ("forward", "reverse")) -> None:
     deadline = time.monotonic() + timeout_s
-    for direction in ("forward", "reverse"):
+    for direction in directions:
         path = STATE_DIR / f"ready-{direction}.json"
         while not path.exists():
             pid = int((STATE_DIR / f"pid-{direction}").read_text())
@@ -143,14 +183,19 @@ def _delay_line_pids() -> list[int]:
             pids.add(int(f.read_text()))
         except ValueError:
             pass
-    out = subprocess.run(["pgrep", "-f", "netem.delayline"], capture_output=True, text=True).stdout.split()
+    # a crashed run's lines, found by command line: only those of this state folder (another
+    # emulated WAN on this machine, e.g. a host-mode one in a test's namespace, keeps its own)
+    out = subprocess.run(["pgrep", "-f", f"netem.delayline .*{STATE_DIR}/"], capture_output=True, text=True).stdout.split()
     pids.update(int(p) for p in out)
     pids.discard(os.getpid())
     return sorted(pids)
 
 
-def down() -> dict:
-    """Remove everything of ours; safe to call any time, any number of times."""
+def down(host_mode: bool = False) -> dict:
+    """Remove everything of ours; safe to call any time, any number of times. In host mode (its
+    state says so, or `host_mode`) that is its rule, qdisc and delay line here: no namespace is
+    touched."""
+    host = host_mode or (STATE_DIR / "host.json").exists()
     killed = []
     for pid in _delay_line_pids():
         try:
@@ -174,7 +219,11 @@ def down() -> dict:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    removed = destroy_namespaces() if os.geteuid() == 0 else []
+    removed = destroy_namespaces() if os.geteuid() == 0 and not host else []
+    if os.geteuid() == 0:
+        from netem.host_mode import down_host
+
+        removed += down_host(STATE_DIR)
     if STATE_DIR.exists():
         shutil.rmtree(STATE_DIR, ignore_errors=True)
     return {"killed_delay_lines": killed, "removed": removed}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 PREFIX = "pddb-"
 
@@ -91,9 +92,16 @@ def create(topo: Topology) -> None:
             ns_exec(h.netns, "sh", "-c", f"echo '{value}' > {_sysctl_path(key)}")
 
 
-def read_tcp_settings(netns: str) -> dict[str, str]:
+def read_tcp_settings(netns: str | None) -> dict[str, str]:
+    """The TCP settings of `netns`, or (None) of the namespace this process runs in."""
     out = {}
     for key in DEFAULT_TCP:
+        if netns is None:
+            try:
+                out[key] = " ".join(Path(_sysctl_path(key)).read_text().split())
+            except OSError:
+                out[key] = ""
+            continue
         res = ns_exec(netns, "cat", _sysctl_path(key), check=False)
         out[key] = " ".join(res.stdout.split())
     return out

@@ -356,12 +356,32 @@ def netem_up_cmd(
     profile: str = typer.Argument(..., help="Profile name (netem/profiles: fixed-30ms, cross-city-10g, lossy-wan, "
                                             "stall-1-20s, ...) or a YAML path."),
     backend: str = typer.Option("auto", "--backend", help="auto (probe), kernel-netem or tbf+nfqueue."),
+    dev: Optional[str] = typer.Option(None, "--dev", help="Host mode: shape this host's interface IFACE (in the "
+                                      "namespace the command runs in), not namespaces of pddbench's; needs --peer."),
+    peer: Optional[str] = typer.Option(None, "--peer", help="Host mode: the peer datacenter's IPv4 prefix; only "
+                                       "traffic with it is shaped (e.g. 10.20.0.0/16)."),
+    sends: str = typer.Option("forward", "--sends", help="Host mode: the profile direction this host sends in "
+                              "(forward: datacenter A's hosts; reverse: B's). It applies that direction's rate "
+                              "and the other's delay; run it on both sides for the whole profile."),
 ) -> None:
     """Create namespaces pddb-dc-a (10.77.0.1) and pddb-dc-b (10.77.0.2) joined by a veth pair and
-    shape it per the profile. Ctrl-C or an error leaves nothing behind."""
+    shape it per the profile; or, with --dev and --peer (host mode, for real hosts), shape only
+    this host's traffic with the peer prefix on that interface. Ctrl-C or an error leaves nothing
+    behind; `netem down` removes it."""
     from netem import load_profile
-    from netem.manager import up
+    from netem.manager import up, up_on_host
 
+    if (dev is None) != (peer is None):
+        raise UserError("host mode needs both --dev IFACE and --peer PREFIX")
+    if sends not in ("forward", "reverse"):
+        raise UserError(f"--sends {sends}: choose forward or reverse")
+    if dev is not None:
+        if backend not in ("auto", "tbf+nfqueue"):
+            raise UserError(f"--backend {backend}: host mode uses the delay line (tbf+nfqueue) only")
+        state = _netem_call(up_on_host, load_profile(profile), dev, peer, sends)
+        console.print(f"[green]up[/] (host mode): {state['profile']['name']} on {dev} for {state['peer']}: "
+                      + "; ".join(f"{d}: {how}" for d, how in state["shaping"].items()))
+        return
     state = _netem_call(up, load_profile(profile), backend)
     console.print(f"[green]up[/]: {state['profile']['name']} via {state['backend']} "
                   f"(tcp: {state['tcp']['a']['net.ipv4.tcp_congestion_control']})")
@@ -397,6 +417,8 @@ def netem_calibrate_cmd(
     bulk_s: float = typer.Option(3.0, "--bulk-s", min=0.0, help="Bulk TCP test length (0 skips it)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: rtt_ms, throughput_mbps, lateness_ms, backend, targets."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write calibration.json here."),
+    peer_address: Optional[str] = typer.Option(None, "--peer-address", help="Host mode: a host of the peer prefix "
+                                               "running `python -m netem.tools echo 9100` and `... sink 9101`."),
 ) -> None:
     """Measure the live link: RTT p50/p99/sd, bulk TCP goodput, delay-line lateness and CPU, drops;
     marks the link invalid when lateness p99 exceeds the profile's tolerance."""
@@ -405,7 +427,7 @@ def netem_calibrate_cmd(
 
     if out is not None:
         check_out_place(out)
-    res = _netem_call(calibrate, probes, interval_ms, bulk_s)
+    res = _netem_call(calibrate, probes, interval_ms, bulk_s, peer_address)
     if out is not None:
         write_json(out / "calibration.json", res)
     if as_json:
