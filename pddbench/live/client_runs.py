@@ -33,7 +33,8 @@ def run_replay(cfg: LiveConfig, endpoint: str, trace: Path, out: Path, block_siz
                netns: str | None, log: Path, seed: int) -> None:
     """The replay client as its own process, inside `netns` when the client sits in a datacenter;
     `seed` (the scenario's) seeds the arrival process."""
-    args = _replay_args(cfg, endpoint, "tiny", trace, out, block_size) + ["--pipeline", pipeline, "--seed", str(seed)]
+    args = _replay_args(cfg, endpoint, cfg.served_model_name, trace, out, block_size) + ["--pipeline", pipeline,
+                                                                                       "--seed", str(seed)]
     _run_client("replay", ["pddbench", *args], netns, log)
 
 
@@ -42,6 +43,7 @@ def run_capacity_probe(cfg: LiveConfig, endpoint: str, probe_trace: Path, block_
     """The closed-loop capacity probe (pddbench/live/capacity_probe.py) through the front; its
     probe.json (`out`) as a dict."""
     _run_client("capacity probe", ["pddbench.live.capacity_probe", "--endpoint", endpoint, "--trace", str(probe_trace),
+                                   "--model", cfg.served_model_name,
                                    "--block-size", str(block_size), "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi),
                                    "--concurrency", str(cfg.probe_concurrency), "--timeout-s", str(cfg.timeout_s),
                                    "--out", str(out)], netns, log)
@@ -55,7 +57,8 @@ def run_engine_calibration(cfg: LiveConfig, prefill_url: str, decode_url: str, k
     _run_client("engine calibration", ["pddbench.live.engine_calibration", "--prefill", prefill_url,
                                        "--decode", decode_url, "--kv-bytes-per-token", str(kv_bytes_per_token),
                                        *(["--relay", relay_url] if relay_url else []),
-                                       "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi), "--out", str(out)], netns, log)
+                                       "--vocab", str(cfg.vocab_lo), str(cfg.vocab_hi), "--model", cfg.served_model_name,
+                                       "--out", str(out)], netns, log)
 
 
 def _run_client(what: str, module_args: list[str], netns: str | None, log: Path) -> None:

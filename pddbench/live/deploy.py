@@ -6,19 +6,24 @@ what front stands before them, is pddbench/live/placement.py's registry:
   crosses it); proxy and replay client in dc-a;
 - pdd: P and RLD in dc-a, MD in dc-b, the PDD router in front.
 This module runs one: WAN, engines, front, replay client, calibration, summary (live_summary.py).
+Attach mode (`live.attach`): the engines already run (the user's fleet); the run checks them,
+starts its front and client on this host, and leaves them running (no emulated WAN: between real
+hosts that is `pddbench netem up --dev --peer`).
 The run folder gets the same records and summary keys as the simulator, plus engine_metrics
 (counter deltas summed over instances), the link calibration and the engine logs."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Iterator
 
 from pddbench.core.errors import UserError
 from pddbench.core.io import write_json
 from pddbench.live.client_runs import run_capacity_probe, run_engine_calibration, run_replay
-from pddbench.live.engines import EngineGroup, EngineSpec, metric_deltas, vllm_available
+from pddbench.live.engines import AttachedEngines, EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.fronts import running_front
 from pddbench.live.live_summary import live_summary
 from pddbench.live.placement import PLACEMENTS, Placement, cross_dc_specs, pdd_specs  # noqa: F401 (tests import the specs here)
@@ -34,8 +39,9 @@ from pddbench.workload.trace import write_trace
 def run_live(sc, run_dir: Path) -> dict:
     """Run a live scenario; writes records.parquet, summary.json, engine logs, calibration. The WAN,
     engines and front are context managers: each is removed on exit, error or Ctrl-C."""
-    _require_vllm()
     cfg: LiveConfig = sc.live
+    if cfg.attach is None:
+        _require_vllm()  # attached engines run elsewhere: this host needs none
     placement = PLACEMENTS[sc.deployment.kind]
     model_dir = _model_dir(cfg, run_dir)
     kv_per_token = kv_bytes_per_token(model_dir)  # once, from the served model: the router, calibration, summary
@@ -44,9 +50,14 @@ def run_live(sc, run_dir: Path) -> dict:
     write_trace(trace, reqs)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    specs = placement.engines(model_dir, cfg.port_base)
-    with (emulated_wan(sc.network.wan_profile()) if placement.cross_dc else nullcontext()), \
-            EngineGroup(specs, logs) as group:
+    specs = [dataclasses.replace(s, served_name=cfg.served_model_name)
+             for s in placement.engines(model_dir, cfg.port_base)]
+    if cfg.attach is not None:
+        placement, specs = attached(sc.deployment.kind, placement, specs, cfg)
+        engines = AttachedEngines(specs, logs, {n: a.kv_side_channel for n, a in cfg.attach.items()})
+    else:
+        engines = EngineGroup(specs, logs)
+    with (emulated_wan(sc.network.wan_profile()) if placement.cross_dc else nullcontext()), engines as group:
         before = group.metrics()  # before the front starts: its warm-up requests count
         with request_front(sc, placement, specs, kv_per_token, run_dir, logs) as endpoint:
             replay_cfg, load, probe_counts = cfg, None, {}
@@ -61,6 +72,38 @@ def run_live(sc, run_dir: Path) -> dict:
             engine_metrics = {k: v - probe_counts.get(k, 0.0) for k, v in metric_deltas(before, group.metrics()).items()}
             calibration = calibrate_after_replay(cfg, placement, specs, kv_per_token, run_dir, logs)
     return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, kv_per_token, load=load)
+
+
+def attached(kind: str, placement: Placement, specs: list[EngineSpec], cfg: LiveConfig) -> tuple[Placement, list[EngineSpec]]:
+    """The placement and engines of attach mode: the roles the kind needs, at the attached URLs,
+    the front and client on this host (no pddbench namespaces, no emulated WAN)."""
+    roles = [s.name for s in specs]
+    if sorted(cfg.attach) != sorted(roles):
+        raise UserError(f"live.attach names {sorted(cfg.attach)}; a {kind} deployment has the roles {roles}: "
+                        "attach exactly those")
+    out = []
+    for s in specs:
+        url = urlsplit(cfg.attach[s.name].url)
+        out.append(dataclasses.replace(s, host=url.hostname, port=url.port or (443 if url.scheme == "https" else 80),
+                                       netns=None, cpu=None, preload=[]))
+    return dataclasses.replace(placement, cross_dc=False), out
+
+
+def check_attached_engines(sc) -> None:
+    """Attach mode's checks (roles, health, served model, KV side channels), run before a run
+    folder exists so that a refusal leaves nothing; no-op without live.attach."""
+    import tempfile
+
+    cfg: LiveConfig = sc.live
+    if cfg.attach is None:
+        return
+    placement = PLACEMENTS[sc.deployment.kind]
+    specs = [dataclasses.replace(s, served_name=cfg.served_model_name)
+             for s in placement.engines(cfg.model_dir, cfg.port_base)]
+    _, specs = attached(sc.deployment.kind, placement, specs, cfg)
+    with tempfile.TemporaryDirectory(prefix="pddbench-attach-") as tmp:
+        with AttachedEngines(specs, Path(tmp), {n: a.kv_side_channel for n, a in cfg.attach.items()}):
+            pass
 
 
 def probe_load(sc, reqs, endpoint: str, placement: Placement, run_dir: Path, logs: Path) -> dict:
@@ -133,14 +176,15 @@ def request_front(sc, placement: Placement, specs: list[EngineSpec], kv_per_toke
 
 
 def pd_proxy_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:
-    return ("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url, "--warm-up-model", "tiny"],
-            "proxy.log")
+    return ("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url, "--warm-up-model",
+                                       sc.live.served_model_name], "proxy.log")
 
 
 def pdd_router_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:
     rcfg = router_config(sc, specs, kv_per_token)
     write_json(run_dir / "router.json", rcfg.model_dump(mode="json"))
-    return "pddbench.live.pdd_router", ["--config", rcfg.model_dump_json(), "--warm-up-model", "tiny"], "router.log"
+    return ("pddbench.live.pdd_router", ["--config", rcfg.model_dump_json(), "--warm-up-model", sc.live.served_model_name],
+            "router.log")
 
 
 # Placement.front -> (scenario, engines, KV bytes per token, run_dir) -> (module, its arguments, log file name)

@@ -296,19 +296,20 @@ def to_csv(rows: list[dict], cols: list[str] | None = None) -> str:
 
 
 async def _calibrate(prefill_url: str, decode_url: str, kv_bytes_per_token: int, vocab: tuple[int, int],
-                     relay_url: str | None = None):
+                     relay_url: str | None = None, model: str = "tiny"):
     # with a separate decoder, P is timed on the requests the PD front sends it (KV kept for D)
     check: list[dict] | None = [] if kv_bytes_per_token else None
-    steps = await measure(prefill_url, decode_url, vocab=vocab, remote_decode=bool(kv_bytes_per_token), body_check=check)
-    xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, vocab=vocab) \
+    steps = await measure(prefill_url, decode_url, model, vocab=vocab, remote_decode=bool(kv_bytes_per_token),
+                          body_check=check)
+    xfer = await measure_kv_transfer(prefill_url, decode_url, kv_bytes_per_token, model, vocab=vocab) \
         if kv_bytes_per_token else None
-    busy = await measure_busy_transfers(prefill_url, decode_url, vocab=vocab, relay_url=relay_url) \
+    busy = await measure_busy_transfers(prefill_url, decode_url, model, vocab=vocab, relay_url=relay_url) \
         if kv_bytes_per_token else None
     # PDD's local P -> RLD pull (NIXL over UCX TCP on one host, not the RDMA the twin assumes
     # otherwise), beside the dual path's second lease on P and MD's pull, as live
-    relay = await measure_relay_transfer(prefill_url, relay_url, decode_url, kv_bytes_per_token, vocab=vocab) \
+    relay = await measure_relay_transfer(prefill_url, relay_url, decode_url, kv_bytes_per_token, model=model, vocab=vocab) \
         if kv_bytes_per_token and relay_url else None
-    share = await measure_core_sharing(prefill_url, relay_url, decode_url, vocab=vocab) \
+    share = await measure_core_sharing(prefill_url, relay_url, decode_url, model, vocab=vocab) \
         if kv_bytes_per_token and relay_url else None
     return steps, xfer, check, busy, relay, share
 
@@ -328,10 +329,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kv-bytes-per-token", type=int, default=0, help="0: skip the KV-transfer measurement")
     p.add_argument("--relay", default=None, help="PDD's RLD URL: also measure the P -> RLD transfer")
     p.add_argument("--vocab", type=int, nargs=2, default=(16, 1024), metavar=("LO", "HI"))
+    p.add_argument("--model", default="tiny", help="the served model name")
     p.add_argument("--out", required=True, help="folder for engine_calibration.csv and kv_transfer_calibration.csv")
     a = p.parse_args(argv)
     steps, xfer, check, busy, relay, share = run_sync(_calibrate(a.prefill, a.decode, a.kv_bytes_per_token, tuple(a.vocab),
-                                                          a.relay))
+                                                          a.relay, a.model))
     if busy:  # what the engines' state does to a pull (fidelity: the twin's busy-decoder extra)
         write_text(Path(a.out) / BUSY_CHECK_CSV, to_csv(busy, ["state", "tokens", "transfer_ms"]))
     write_text(Path(a.out) / "engine_calibration.csv", to_csv(steps))

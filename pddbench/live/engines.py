@@ -288,6 +288,54 @@ class EngineGroup:
         return {e.spec.name: e.metrics() for e in self.engines}
 
 
+class AttachedEngines:
+    """Engines that already run (`live.attach`), in EngineGroup's place: checked on entry (health,
+    the served model, the KV side channel of each role that moves KV), scraped for metrics, and
+    never stopped: pddbench did not start them."""
+
+    def __init__(self, specs: list[EngineSpec], log_dir: Path, side_channels: dict[str, str | None]):
+        self.engines = [Engine(s, log_dir) for s in specs]
+        self.side_channels = side_channels
+
+    def __enter__(self) -> "AttachedEngines":
+        for e in self.engines:
+            check_attached(e, self.side_channels.get(e.spec.name))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass  # not ours to stop
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        return {e.spec.name: e.metrics() for e in self.engines}
+
+
+def check_attached(e: Engine, side_channel: str | None) -> None:
+    """Refuse an attached engine that is down, serves another model, or (a KV role) whose KV side
+    channel does not answer, in one line naming it."""
+    import socket
+
+    where = f"live.attach.{e.spec.name} ({e.spec.url})"
+    try:
+        e._get("/health", timeout=5)
+        models = json.loads(e._get("/v1/models", timeout=5))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{where}: no healthy OpenAI server there ({str(exc)[:200]})") from None
+    served = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+    if e.spec.served_name not in served:
+        raise UserError(f"{where} serves {served or 'no model'}, not '{e.spec.served_name}' (live.served_model_name)")
+    if e.spec.kv_role is None:
+        return
+    if side_channel is None:
+        raise UserError(f"{where}: the {e.spec.name} role moves KV ({e.spec.kv_role}): give its kv_side_channel "
+                        "HOST:PORT (the NIXL side channel, VLLM_NIXL_SIDE_CHANNEL_PORT)")
+    host, port = side_channel.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"{where}: its KV side channel {side_channel} does not answer ({exc.strerror or exc}): is "
+                        f"its KV connector configured as {e.spec.kv_role}?") from None
+
+
 def metric_deltas(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
     """Counter deltas over a run, summed over instances."""
     keys = {k for m in after.values() for k in m}

@@ -49,6 +49,7 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
                     "kv_bytes_per_token": kv_bytes_per_token,
                     # where each engine ran: placement changes results on a small host
                     "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
+                                 "attached": sc.live.attach is not None,
                                  "preload": [Path(lib).name for lib in e.preload_list()]} for e in specs],
                     "provenance": provenance(**_link_facts(calibration))})
     # live.load: the capacity measured before the replay and the rate it gave; else the fixed rate

@@ -75,6 +75,15 @@ class TwinCalibration(BaseModel):
         return next((group for group, roles in self.core_groups.items() if role in roles), None)
 
 
+class AttachedEngine(BaseModel):
+    """An engine that already runs (attach mode): pddbench checks it, sends to it, never stops it."""
+    model_config = {"extra": "forbid"}
+    url: str = Field(pattern=r"^https?://[^/\s]+$", description="its OpenAI server, e.g. http://10.1.2.3:8000")
+    kv_side_channel: str | None = Field(None, pattern=r"^[^\s:]+:[0-9]{1,5}$", description=(
+        "HOST:PORT of its KV connector's side channel (NIXL handshake); needed for the roles that move KV "
+        "(P, D, RLD, MD), checked to accept a connection"))
+
+
 class LiveConfig(BaseModel):
     """How a live run drives real engines. The deployment itself is `deployment.kind`."""
     model_config = {"extra": "forbid"}
@@ -92,12 +101,22 @@ class LiveConfig(BaseModel):
             other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
             if other:
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        if self.attach is not None and self.model_dir is None:
+            raise ValueError("live.attach needs live.model_dir: the served model's folder (a copy of its config.json "
+                             "is enough), whose KV bytes per token the router, calibration and summary use")
         if self.concurrency is not None and self.concurrency < self.replay_workers:
             raise ValueError(f"live.concurrency {self.concurrency} < live.replay_workers {self.replay_workers}: "
                              "each worker keeps at least one request in flight")
         return self
 
     model_dir: str | None = Field(None, description="served model; unset builds the tiny random model in the run folder")
+    served_model_name: str = Field("tiny", min_length=1, description=(
+        "the name the engines serve the model as (what every request names); engines pddbench starts get it"))
+    attach: dict[str, AttachedEngine] | None = Field(None, description=(
+        "attach mode: the engines already running, by role (colocated: E0; same_dc_pd / cross_dc_pd: P, D; pdd: "
+        "P, RLD, MD); pddbench starts only its front, replay client and calibration, on this host, and checks "
+        "each engine's health, served model and KV side channel first. Needs live.model_dir (a copy of the served "
+        "model's folder, for its KV bytes per token)"))
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
     rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")
