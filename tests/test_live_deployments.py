@@ -14,7 +14,10 @@ PORT = 8300
 
 
 def test_every_schema_kind_has_a_placement():
-    assert set(get_args(DeploymentKind)) == set(PLACEMENTS)
+    from pddbench.schema.scenario import LIVE_KINDS
+
+    assert set(LIVE_KINDS) == set(PLACEMENTS) and set(LIVE_KINDS) <= set(get_args(DeploymentKind))
+    assert set(get_args(DeploymentKind)) - set(LIVE_KINDS) == {"prfaas"}  # the simulator-only kind, refused live
 
 
 @pytest.mark.parametrize("kind", sorted(PLACEMENTS))

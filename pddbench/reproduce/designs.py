@@ -301,7 +301,7 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
         if axis:
             write_json(folder.path / "designs.json", {**result, "complete": False, "interrupted": True})
             folder.interrupted("designs.json (the comparison at the spec's assumptions; not the --along search)")
-            result["along"] = da.search_along(spec, scenarios, budgets, *axis, points, steps, ex, say)
+            result["along"] = da.search_along(spec, scenarios, budgets, *axis, points, steps, ex, say, capacity_values)
             result["words"] += result["along"]["words"]
             result.update(complete=True, interrupted=False)
             da.along_figure(result["along"], f"{spec.name}: where each design wins along {axis[0]} (seed 0, "

@@ -79,9 +79,9 @@ def with_value(sc, path: str, value: float):
 
 
 def search_along(spec, scenarios: dict, budgets: dict, path: str, lo: float, hi: float, points: int, steps: int,
-                 ex, say: Callable[[str], None]) -> dict:
-    """The probes and crossovers along `path` for each criterion."""
-    from pddbench.reproduce.designs import capacity_values
+                 ex, say: Callable[[str], None], capacity_values: Callable[[dict], dict]) -> dict:
+    """The probes and crossovers along `path` for each criterion; `capacity_values` turns a
+    capacity result into the compared figures (designs.py's)."""
     from pddbench.sweep.optimize import optimize
 
     for v in (lo, hi):  # a bad path or value is refused before any search
