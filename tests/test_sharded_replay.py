@@ -375,6 +375,9 @@ def test_datacenter_places_the_actors_on_that_datacenters_nodes(tmp_path, ray_fr
             srv.wait()
         subprocess.run([*inside, ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        current = Path("/tmp/ray/ray_current_cluster")  # `ray stop` in a namespace may leave it naming our head
+        if current.is_file() and current.read_text().strip().endswith(f":{gcs}"):
+            current.unlink()
     for _ in range(20):
         if not _ray_processes():
             break

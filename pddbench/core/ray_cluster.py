@@ -43,7 +43,9 @@ def connect_ray(address: str | None, cpus: int | None, log_path: Path | None = N
             if address:
                 ray.init(address=address, **kwargs)
             else:
-                ray.init(num_cpus=cpus or os.cpu_count(), **kwargs)
+                # address="local": a new runtime even where a stale cluster file (a stopped `ray start`)
+                # would make ray.init join that cluster instead
+                ray.init(address="local", num_cpus=cpus or os.cpu_count(), **kwargs)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log = f"; Ray's output: {log_path}" if _nonempty(log_path) else ""
