@@ -175,6 +175,11 @@ def optimize_cmd(
                                "and simulate them in order of bound until no remaining bound comes within 10 % of "
                                "the best capacity found: wide --sizes (e.g. 4-16) without simulating every split. "
                                "optimize.json gives each split's bound and why it was pruned."),
+    rank: str = typer.Option("bound", "--rank",
+                             help="With --prune, how splits are ranked: 'bound' by the analytic bound (valid, "
+                             "loose: about 2x the paper trace's capacity); 'pools' by each role's capacity measured "
+                             "alone per size (one capacity search per role and size first), pruning by that estimate "
+                             "widened by the largest underestimate seen, and by the bound."),
 ) -> None:
     """Find the instance split with the highest throughput within SLA at an equal chip budget."""
     from pddbench.sweep.optimize import parse_sizes, run_optimize
@@ -182,7 +187,7 @@ def optimize_cmd(
     result, folder = run_optimize(scenario, set_, budget, parse_sizes(sizes), out, results, jobs, iterations,
                                   coarse_requests or None, refine_top,
                                   on_stage=lambda msg: console.print(f"  {msg}", highlight=False),
-                                  max_splits=max_splits, prune=prune)
+                                  max_splits=max_splits, prune=prune, rank=rank)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:

@@ -10,7 +10,8 @@ from pddbench.report.plotting import pyplot
 
 def optimize_figure(result: dict, path: Path) -> None:
     plt = pyplot()
-    rows = result["candidates"]
+    # the measured splits only: a pruned search lists hundreds more, which have no capacity to draw
+    rows = [r for r in result["candidates"] if r.get("coarse") or r.get("full")]
     x = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows) + 2), 4))
     coarse = [(r["coarse"] or {}).get("throughput_within_sla_rps") for r in rows]

@@ -29,7 +29,7 @@ MEASURED = {"best-same-dc-pd": "same-dc-pd", "best-pdd": "pdd", "control-pdd": "
 # Light and full alike: every candidate of one size measured on the steady trace, nothing pruned.
 # Full once tried sizes 7/8/9 pre-selected on 1,000 requests: short-trace evidence that left its
 # best-split rows inconclusive (ranking_reason) where light had a verdict, so the two modes
-# disagreed (issue 27.1). Other sizes: `pddbench optimize --prune --sizes 4-16` (README).
+# disagreed (issue 27.1). Other sizes: the full run's sizes check (sizes_check.py).
 PLAN = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
 
 
@@ -114,7 +114,8 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
     sp = {n: p["split"] for n, p in plan.items()}
     lab = {n: p["label"] for n, p in plan.items()}
     note = search_note(best) + (" One instance size (8 chips), every split measured on the steady trace; other "
-                                "sizes: `pddbench optimize --prune --sizes 4-16`.")
+                                "sizes: the report's 'Other instance sizes' (`reproduce --full`), or `pddbench "
+                                "optimize --prune --rank pools --sizes 4-16`.")
     short = [c for n in (base, pdd, ctl) for c in cap[n] if c.get("warnings")]
     warn = (f" The capacity search warns: {short[0]['requests']:,} requests are fewer than its min_requests "
             f"{short[0].get('min_requests') or MIN_REQUESTS:,}, so a decode-bound split's capacity may be overstated."

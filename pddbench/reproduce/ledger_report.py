@@ -39,7 +39,7 @@ def report_markdown(rows: list[Row], context: str, figures: list[tuple[str, str]
     every = rows + [r for _, _, rs in sections for r in rs]
     details = "".join(f'\n<a id="{anchor(r)}"></a>\n**{r.claim.figure}** ({r.verdict}): {detail_text(r)}\n'
                       for r in every)
-    more = "".join(f"## {title}\n\n{text}\n\n{verdict_counts(rs)}.\n\n{_short_markdown_table(rs)}\n"
+    more = "".join(f"## {title}\n\n{text}\n\n" + (f"{verdict_counts(rs)}.\n\n{_short_markdown_table(rs)}\n" if rs else "")
                    for title, text, rs in sections)
     return (f"# pddbench: the article, figure by figure\n\n" + "\n".join(answer) + "\n\n"
             f"## The ledger\n\n{verdict_counts(rows)}.\n\n{_short_markdown_table(rows)}\n{more}"
@@ -64,7 +64,8 @@ def report_html(rows: list[Row], context: str, figures: list[tuple[str, Path]], 
         return (f"<p>{html.escape(verdict_counts(rs))}</p><table><tr><th>figure</th><th>article</th>"
                 f"<th>simulated</th><th>verdict</th><th></th></tr>{body}</table>")
 
-    more = "".join(f"<h2>{html.escape(title)}</h2><p>{html.escape(text)}</p>{table(rs)}" for title, text, rs in sections)
+    more = "".join(f"<h2>{html.escape(title)}</h2><p>{html.escape(text)}</p>{table(rs) if rs else ''}"
+                   for title, text, rs in sections)
     details = "".join(f"<p id='{anchor(r)}'><b>{html.escape(r.claim.figure)}</b> ({html.escape(r.verdict)}): "
                       f"{html.escape(detail_text(r))}</p>" for r in rows + [r for _, _, rs in sections for r in rs])
     imgs = "".join(f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,"

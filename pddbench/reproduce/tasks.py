@@ -23,6 +23,7 @@ from rich.console import Console
 from pddbench.reproduce import best_vs_best as bvb
 from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
+from pddbench.reproduce import sizes_check
 from pddbench.core.io import write_json, write_text
 from pddbench.measure.capacity import MIN_REQUESTS
 from pddbench.core.shipped import SCENARIOS
@@ -359,6 +360,7 @@ class Simulated:
     loads: dict                # common_load.loads
     ladder: dict               # regime.ladder_plan
     walls: dict                # worker seconds by task kind (optimize: its wall time)
+    sizes: dict | None = None  # full only: sizes_check.search (other instance sizes, seed 0)
 
 
 def simulate_all(out: Path, cfg: Settings) -> Simulated:
@@ -380,6 +382,15 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
             write_json(out / "optimize" / name / "optimize.json", res)
             optimize_figure(res, out / "optimize" / name / "optimize.png")
         plan = bvb.measured(best, scen)
+        sizes = None
+        if cfg.full:
+            t0 = time.perf_counter()
+            sizes = sizes_check.search(scen, ex, cfg.capacity_iterations,
+                                       lambda m: console.print(f"  sizes 4-16: {m}", highlight=False))
+            walls["sizes check (wall)"] = time.perf_counter() - t0
+            for name, res in sizes.pop("results").items():
+                write_json(out / "sizes" / name / "optimize.json", res)
+                optimize_figure(res, out / "sizes" / name / "optimize.png")
         console.print("  best splits: " + "; ".join(f"{n} {p['label']}" for n, p in plan.items()), highlight=False)
         results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
         fill_reused(results, best, plan, cfg)
@@ -401,4 +412,4 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
         console.print(f"  {regime_load['text']}; common loads {loads['loads_rps']} req/s", highlight=False)
         results.update(run_tasks(out, cfg, dependent_tasks(cfg, plan, results, regime_load, loads, ladder), ex, walls))
     console.print(f"  worker seconds by kind: { {k: round(v, 1) for k, v in walls.items()} }")
-    return Simulated(results, best, plan, regime_load, loads, ladder, walls)
+    return Simulated(results, best, plan, regime_load, loads, ladder, walls, sizes)

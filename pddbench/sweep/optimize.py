@@ -343,54 +343,83 @@ MAX_ENUMERATED = 200_000  # splits the pruned search may enumerate and bound (ar
 
 def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: Executor, iterations: int = 7,
                     requests: int | None = None, on_stage: Callable[[str], None] | None = None,
-                    max_simulations: int = MAX_CANDIDATES) -> dict:
+                    max_simulations: int = MAX_CANDIDATES, rank: str = "bound") -> dict:
     """Branch and bound (pddbench/sweep/split_bounds.py): every maximal split is bounded
-    analytically, then simulated in order of its bound, PRUNE_BATCH at a time, until the next
-    bound is below (1 - MARGIN) x the best capacity simulated: those cannot win and are pruned.
+    analytically, then simulated in order of its rank, PRUNE_BATCH at a time, until no split left
+    could come within MARGIN of the best capacity simulated: those cannot win and are pruned.
+    rank "bound" orders by the analytic bound; "pools" by measured pool capacities
+    (pool_estimates.py), which also prune, their margin widened by the largest underestimate seen.
     Past `max_simulations` the rest stay unsettled and the result says the search is not exhaustive."""
+    from pddbench.sweep import pool_estimates as pe
     from pddbench.sweep import split_bounds as sb
 
     splits = candidate_splits(sc, budget, sorted(set(sizes)), MAX_ENUMERATED)
     prof = sb.profile(sc)
     rows = [{"label": label(s), "split": s, "chips": chips_used(sc, s), "coarse": None, "full": None,
-             "bound": sb.bound(sc, s, prof), "status": None} for s in splits]
-    order = sorted(range(len(rows)), key=lambda i: (-rows[i]["bound"]["bound_rps"], i))
-    best, done, pos = 0.0, [], 0
+             "bound": sb.bound(sc, s, prof), "estimate": None, "status": None} for s in splits]
+    pools = None
+    if rank == "pools":
+        meas = lambda trial: measure([with_split(sc, t) for t in trial], executor, iterations)
+        pools = pe.measure_pools(sc, budget, sizes_that_fit(sc, sorted(set(sizes))), meas, on_stage)
+        for r in rows:
+            r["estimate"] = pe.estimate(r["split"], pools)
+    under = 0.0  # the largest capacity / estimate - 1 among simulated splits (an estimate is no bound)
+
+    def est(i: int) -> float | None:
+        return rows[i]["estimate"]["rps"] if pools else None
+
+    def reach(i: int) -> float:
+        """The most split i could deliver by what is known now."""
+        b = rows[i]["bound"]["bound_rps"]
+        return b if est(i) is None else min(b, est(i) * (1 + under))
+
+    order = sorted(range(len(rows)), key=lambda i: (-(est(i) if est(i) is not None else rows[i]["bound"]["bound_rps"]), i))
+    best, done = 0.0, []
     floor = lambda: (1 - sb.MARGIN) * best
-    while pos < len(order):
-        batch = [i for i in order[pos:pos + PRUNE_BATCH] if rows[i]["bound"]["bound_rps"] > 0
-                 and rows[i]["bound"]["bound_rps"] >= floor()][:max_simulations - len(done)]
+    left = order
+    while len(done) < max_simulations:
+        left = [i for i in left if reach(i) > 0 and reach(i) >= floor()]
+        batch = left[:min(PRUNE_BATCH, max_simulations - len(done))]
         if not batch:
             break
-        bounds = ", ".join(f"{rows[i]['bound']['bound_rps']:.3g}" for i in batch)
-        on_stage and on_stage(f"bounded search: simulating {len(batch)} splits (bounds {bounds} req/s; best so far "
-                              f"{best:.3g})")
+        left = left[len(batch):]
+        ranks = ", ".join(f"{est(i) if est(i) is not None else rows[i]['bound']['bound_rps']:.3g}" for i in batch)
+        on_stage and on_stage(f"{'estimated' if pools else 'bounded'} search: simulating {len(batch)} splits "
+                              f"({ranks} req/s; best so far {best:.3g})")
         for i, cap in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations)):
             rows[i]["full"], rows[i]["status"] = _brief(cap), "simulated"
             best = max(best, cap["throughput_within_sla_rps"])
+            if est(i):
+                under = max(under, cap["throughput_within_sla_rps"] / est(i) - 1)
         done += batch
-        pos += len(batch)
-    for r in rows:
+    for i, r in enumerate(rows):
         if r["status"]:
             continue
+        r["reach_rps"] = round(reach(i), 6)
         b = r["bound"]
         if b["bound_rps"] == 0:
             r["status"] = f"pruned: {b['limit']}" if "fit" in b["limit"] else f"pruned: {b['limit']} can meet no SLA"
         elif b["bound_rps"] < floor():
             r["status"] = f"pruned: bound {b['bound_rps']:.3g} req/s ({b['limit']}) < {1 - sb.MARGIN:g} x the best {best:.3g}"
+        elif reach(i) < floor():
+            r["status"] = (f"pruned: estimate {est(i):.3g} req/s ({r['estimate']['limit']}) x {1 + under:.3g} < "
+                           f"{1 - sb.MARGIN:g} x the best {best:.3g}")
         else:
-            r["status"] = f"unsettled: bound {b['bound_rps']:.3g} req/s above {1 - sb.MARGIN:g} x the best; not simulated " \
-                          f"(--max-splits {max_simulations} simulations)"
+            r["status"] = f"unsettled: could reach {reach(i):.3g} req/s, above {1 - sb.MARGIN:g} x the best; not " \
+                          f"simulated (--max-splits {max_simulations} simulations)"
     if not done:
         raise UserError(f"no split of the budget {budget} can meet the SLA by its analytic bound (every pool's weights "
                         "must fit and its decode step meet the TPOT bound)")
     best_i = max(done, key=lambda i: (rows[i]["full"]["throughput_within_sla_rps"], -i))
     unsettled = sum(r["status"].startswith("unsettled") for r in rows)
     result = _result(sc, budget, sizes, iterations, rows, best_i, {
-        "splits": "maximal, bounded analytically (pddbench/sweep/split_bounds.py), simulated in order of bound",
-        "candidates": len(rows), "requests": requests, "coarse_requests": None, "refined": len(done), "refine_top": None,
-        "pruned": sum(r["status"].startswith("pruned") for r in rows), "unsettled": unsettled,
-        "exhaustive": unsettled == 0, "margin": sb.MARGIN})
+        "splits": "maximal, bounded analytically (pddbench/sweep/split_bounds.py)" + (
+            ", estimated from measured pool capacities (pddbench/sweep/pool_estimates.py)" if pools else "")
+        + f", simulated in order of {'estimate' if pools else 'bound'}",
+        "rank": rank, "candidates": len(rows), "requests": requests, "coarse_requests": None, "refined": len(done),
+        "refine_top": None, "pruned": sum(r["status"].startswith("pruned") for r in rows), "unsettled": unsettled,
+        "exhaustive": unsettled == 0, "margin": sb.MARGIN, "largest_underestimate": round(under, 6) if pools else None,
+        "pool_capacities": pools, "simulations": len(done) + sum(len(v) for v in (pools or {}).values())})
     result["candidates"] = [r for r in rows if r["status"] == "simulated"] + [
         r for r in rows if r["status"] != "simulated"][:MAX_LISTED]
     return result
@@ -401,7 +430,8 @@ MAX_LISTED = 500  # optimize.json lists every simulated split and at most this m
 
 def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], out, results, jobs: int = 1,
                  iterations: int = 7, coarse_requests: int | None = None, refine_top: int = 3,
-                 on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES, prune: bool = False):
+                 on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES, prune: bool = False,
+                 rank: str = "bound"):
     """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/.
     The budget is parsed and its splits counted (refused past `max_splits`, with an estimate)
     before the workload is generated or any folder claimed."""
@@ -422,6 +452,10 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
     measured = min(coarse_requests, stated) if coarse_requests else stated
     probes = capacity_probes(iterations)
     per_split = probes * measured * SIM_S_PER_REQUEST
+    if rank not in ("bound", "pools"):
+        raise UserError(f"--rank {rank}: expected bound or pools")
+    if rank != "bound" and not prune:
+        raise UserError(f"--rank {rank} ranks the pruned search: give --prune too")
     if prune:  # every split is bounded (arithmetic); at most max_splits are simulated
         if coarse_requests:
             raise UserError("--prune and --coarse-requests: give one (the pruned search ranks by analytic bounds)")
@@ -441,7 +475,7 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
     n = len(workload_requests(sc))
     with run_folder(out, results, f"{sc.name}-optimize") as folder:
         with make_executor(jobs or None, None) as ex:
-            result = (optimize_pruned(sc, chips, sizes, ex, iterations, n, on_stage, max_splits) if prune else
+            result = (optimize_pruned(sc, chips, sizes, ex, iterations, n, on_stage, max_splits, rank) if prune else
                       optimize(sc, chips, sizes, ex, iterations, n, coarse_requests, refine_top, on_stage, max_splits))
         result["provenance"] = provenance()
         write_json(folder.path / "optimize.json", result)
