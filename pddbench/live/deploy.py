@@ -22,6 +22,7 @@ from typing import Iterator
 
 from pddbench.core.errors import UserError
 from pddbench.core.io import write_json
+from pddbench.live.declared import declared_specs
 from pddbench.live.client_runs import run_capacity_probe, run_engine_calibration, run_replay
 from pddbench.live.engines import AttachedEngines, EngineGroup, EngineSpec, metric_deltas, vllm_available
 from pddbench.live.fronts import running_front
@@ -50,8 +51,9 @@ def run_live(sc, run_dir: Path) -> dict:
     write_trace(trace, reqs)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    specs = [dataclasses.replace(s, served_name=cfg.served_model_name)
-             for s in placement.engines(model_dir, cfg.port_base)]
+    base = (declared_specs(sc.deployment.kind, cfg, model_dir) if cfg.engines is not None
+            else placement.engines(model_dir, cfg.port_base))
+    specs = [dataclasses.replace(s, served_name=cfg.served_model_name) for s in base]
     if cfg.attach is not None:
         placement, specs = attached(sc.deployment.kind, placement, specs, cfg)
         engines = AttachedEngines(specs, logs, {n: a.kv_side_channel for n, a in cfg.attach.items()})

@@ -65,35 +65,66 @@ class EngineSpec:
     served_name: str = "tiny"
     extra_env: dict[str, str] = field(default_factory=dict)
     preload: list[str] | None = None       # LD_PRELOAD libraries; None: preload_libraries()
+    # a declared engine (live.engines) may also set these; the fixed layout leaves the defaults
+    cpus: tuple[int, ...] | None = None  # several cores instead of `cpu`
+    gpus: tuple[int, ...] | None = None  # a GPU engine's device ids; None: the engine runs on CPU
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool | None = None    # None: on for CPU (vLLM CPU's mode), vLLM's default on GPU
+    kv_buffer_device: str | None = None  # None: cpu on CPU, cuda on GPU
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpus is not None
+
+    @property
+    def cores(self) -> set[int] | None:
+        """The CPU cores the engine is pinned to (CPU engines only)."""
+        if self.on_gpu:
+            return None
+        return set(self.cpus) if self.cpus else ({self.cpu} if self.cpu is not None else None)
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", VLLM_MODULE, "--model", self.model_dir, "--served-model-name", self.served_name,
-               "--host", self.host, "--port", str(self.port), "--enforce-eager", "--max-model-len", str(self.max_model_len),
-               "--enable-prompt-tokens-details"]
+               "--host", self.host, "--port", str(self.port)]
+        if self.enforce_eager if self.enforce_eager is not None else not self.on_gpu:
+            cmd.append("--enforce-eager")
+        cmd += ["--max-model-len", str(self.max_model_len), "--enable-prompt-tokens-details"]
+        if self.on_gpu:
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size or len(self.gpus))]
+            if self.gpu_memory_utilization is not None:
+                cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.kv_role:
-            cfg = {"kv_connector": "NixlConnector", "kv_role": self.kv_role, "kv_buffer_device": "cpu"}
+            device = self.kv_buffer_device or ("cuda" if self.on_gpu else "cpu")
+            cfg = {"kv_connector": "NixlConnector", "kv_role": self.kv_role, "kv_buffer_device": device}
             cmd += ["--kv-transfer-config", json.dumps(cfg)]
+        cmd += list(self.extra_args)
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
         return cmd
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "UCX_TLS": "tcp,self",
-                    "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        env.update({"VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                     "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEP_ALIVE_S),  # see upstream.py
                     ENGINE_MARK: self.name})  # every process of the engine inherits it: findable if one strays
-        if self.cpu is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cpu)
-        libs = self.preload_list()
-        if libs:  # vLLM adds torch's libgomp only when no OpenMP is preloaded: never both
-            env["LD_PRELOAD"] = ":".join(libs + [p for p in env.get("LD_PRELOAD", "").split(":") if p])
-        # engine_site/sitecustomize.py in every engine process: AMX permission (any engine), NIXL's
-        # busy progress thread off and the engine's pinning kept (engines with a KV connector)
-        site = str(ENGINE_SITE)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
-        if self.kv_role:
-            env.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")  # what vLLM sets, had NIXL not been imported first
+        if self.on_gpu:
+            # the GPU build's own transports (UCX picks cuda_ipc / rdma); none of the CPU settings below
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        else:
+            env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "UCX_TLS": "tcp,self"})
+            if self.cores:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(self.cores)))
+            libs = self.preload_list()
+            if libs:  # vLLM adds torch's libgomp only when no OpenMP is preloaded: never both
+                env["LD_PRELOAD"] = ":".join(libs + [p for p in env.get("LD_PRELOAD", "").split(":") if p])
+            # engine_site/sitecustomize.py in every CPU engine process: AMX permission, NIXL's busy
+            # progress thread off and the engine's pinning kept (engines with a KV connector)
+            site = str(ENGINE_SITE)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+            if self.kv_role:
+                env.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")  # what vLLM sets, had NIXL not been imported first
         if self.side_channel_port is not None:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
@@ -120,7 +151,8 @@ class Engine:
         # All of the engine's processes on its core, not only the OpenMP thread: vLLM's scheduler
         # busy-polls (sched_yield) while its worker computes a step, which otherwise lands on the
         # other engines' cores (P's prefill ran 2-3x slower whenever D was decoding).
-        pin = None if self.spec.cpu is None else (lambda: os.sched_setaffinity(0, {self.spec.cpu}))
+        cores = self.spec.cores
+        pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
         self.proc = subprocess.Popen(self.spec.command(), env=self.spec.env(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
         log.close()  # the engine holds its own copy

@@ -48,7 +48,9 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
                     # the served model's, as the router and calibration used it (the simulator's twin takes it)
                     "kv_bytes_per_token": kv_bytes_per_token,
                     # where each engine ran: placement changes results on a small host
-                    "engines": [{"name": e.name, "cpu": e.cpu, "netns": e.netns, "kv_role": e.kv_role,
+                    "engines": [{"name": e.name, "cpu": e.cpu, "cores": sorted(e.cores) if e.cores else None,
+                                 "gpus": list(e.gpus) if e.gpus else None, "host": e.host, "port": e.port,
+                                 "netns": e.netns, "kv_role": e.kv_role,
                                  "attached": sc.live.attach is not None,
                                  "preload": [Path(lib).name for lib in e.preload_list()]} for e in specs],
                     "provenance": provenance(**_link_facts(calibration))})

@@ -36,19 +36,22 @@ def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int,
         res[name] = optimize_pruned(sc, BUDGETS[name], SIZES, executor, iterations, n,
                                     on_stage and (lambda m, name=name: on_stage(f"{name}: {m}")),
                                     MAX_SIMULATIONS[name], rank="pools")
-    same, pdd = res["same-dc-pd"], res["pdd"]
-    same_rps, pdd_rps = same["best"]["throughput_within_sla_rps"], pdd["best"]["throughput_within_sla_rps"]
-    pdd_most, same_most = ceiling(pdd), ceiling(same)
-    found = 100 * (pdd_rps / same_rps - 1) if same_rps else None
-    most = 100 * (pdd_most / same_rps - 1) if same_rps else None
-    least = 100 * (pdd_rps / same_most - 1) if same_most else None
-    sign = "loss" if most is not None and most < 0 else "gain" if least is not None and least > 0 else None
     return {"sizes": SIZES, "budgets": BUDGETS, "searches": {n: {k: r[k] for k in ("search", "best")}
                                                             for n, r in res.items()},
-            "throughput_change_pct": None if found is None else round(found, 2),
-            "pdd_change_at_most_pct": None if most is None else round(most, 2),
-            "pdd_change_at_least_pct": None if least is None else round(least, 2), "sign": sign,
-            "words": words(same, pdd, found, most, least, sign), "results": res}
+            **compare(res["same-dc-pd"], res["pdd"]), "results": res}
+
+
+def compare(same: dict, pdd: dict) -> dict:
+    """PDD's throughput change at the best splits found, its range over what the searches left
+    open (PDD up to its ceiling, the baseline at least its best found), the sign where the range
+    allows only one, and the words."""
+    same_rps, pdd_rps = same["best"]["throughput_within_sla_rps"], pdd["best"]["throughput_within_sla_rps"]
+    pdd_most, same_most = ceiling(pdd), ceiling(same)
+    pct = lambda a, b: round(100 * (a / b - 1), 2) if b else None
+    found, most, least = pct(pdd_rps, same_rps), pct(pdd_most, same_rps), pct(pdd_rps, same_most)
+    sign = "loss" if most is not None and most < 0 else "gain" if least is not None and least > 0 else None
+    return {"throughput_change_pct": found, "pdd_change_at_most_pct": most, "pdd_change_at_least_pct": least,
+            "sign": sign, "words": words(same, pdd, found, most, least, sign)}
 
 
 def _how(r: dict) -> str:

@@ -84,6 +84,104 @@ class AttachedEngine(BaseModel):
         "(P, D, RLD, MD), checked to accept a connection"))
 
 
+# The engines each live kind runs, by role, and the datacenter each role sits in (the live
+# runtime's placement, pddbench/live/placement.py, builds the same roles in this order).
+LIVE_ROLES: dict[str, dict[str, str]] = {"colocated": {"E0": "a"}, "same_dc_pd": {"P": "a", "D": "a"},
+                                         "cross_dc_pd": {"P": "a", "D": "b"}, "pdd": {"P": "a", "RLD": "a", "MD": "b"}}
+
+
+class VllmArgs(BaseModel):
+    """The vLLM server arguments pddbench sets for an engine it starts."""
+    model_config = {"extra": "forbid"}
+    tensor_parallel_size: int | None = Field(None, ge=1, le=64, description="GPU engines: default the number of gpus")
+    max_model_len: int = Field(8192, ge=16, le=10_000_000)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU engines: vLLM's memory fraction")
+    enforce_eager: bool | None = Field(None, description="default: on for CPU engines (what vLLM CPU needs), off on GPU")
+    extra_args: list[str] = Field(default_factory=list, description="any further vLLM flags, passed as given")
+
+
+class KVConnector(BaseModel):
+    """The engine's KV connector (the roles that move KV: P, D, RLD, MD)."""
+    model_config = {"extra": "forbid"}
+    name: Literal["NixlConnector"] = "NixlConnector"
+    buffer_device: Literal["cpu", "cuda"] | None = Field(None, description="default: cpu on CPU engines, cuda on GPU")
+    side_channel_port: int | None = Field(None, ge=1024, le=65535, description="NIXL handshake port; default "
+                                          "live.port_base + 101 + the role's place (P 0, then D / RLD, MD)")
+
+
+class EngineDecl(BaseModel):
+    """One engine pddbench starts for a role (`live.engines`)."""
+    model_config = {"extra": "forbid"}
+    role: Literal["E0", "P", "D", "RLD", "MD"]
+    datacenter: Literal["a", "b"] = Field(description="where it runs: a (P and RLD), b (D across datacenters, MD); "
+                                          "a same-datacenter kind has every engine in a")
+    model: str | None = Field(None, min_length=1, description="path or name the engine loads; default live.model_dir "
+                              "(unset: the tiny model); every role serves the same model")
+    device: Literal["cpu", "gpu"] = "cpu"
+    cpus: list[int] | None = Field(None, min_length=1, description="CPU engines: the cores the whole engine runs on")
+    gpus: list[int] | None = Field(None, min_length=1, description="GPU engines: device ids (CUDA_VISIBLE_DEVICES)")
+    port: int | None = Field(None, ge=1024, le=65535, description="its OpenAI server's port; default live.port_base + "
+                             "1 + the role's place (P 0, then D / RLD, MD)")
+    vllm: VllmArgs = Field(default_factory=VllmArgs)
+    kv_connector: KVConnector = Field(default_factory=KVConnector)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the engine's processes")
+
+    @model_validator(mode="after")
+    def _devices(self):
+        if self.device == "cpu" and self.gpus is not None:
+            raise ValueError(f"{self.role}: gpus given for a cpu engine; set device: gpu")
+        if self.device == "gpu":
+            if self.cpus is not None:
+                raise ValueError(f"{self.role}: cpus given for a gpu engine (GPU engines are placed by gpus)")
+            if self.gpus is None:
+                raise ValueError(f"{self.role}: a gpu engine needs gpus (device ids, e.g. [0])")
+            tp = self.vllm.tensor_parallel_size
+            if tp is not None and tp != len(self.gpus):
+                raise ValueError(f"{self.role}: vllm.tensor_parallel_size {tp} but {len(self.gpus)} gpus; give one "
+                                 "device per tensor-parallel rank")
+        elif self.vllm.gpu_memory_utilization is not None:
+            raise ValueError(f"{self.role}: vllm.gpu_memory_utilization is a GPU setting; this engine runs on cpu")
+        return self
+
+
+def check_engines(kind: str, engines: list[EngineDecl], port_base: int, model_dir: str | None) -> None:
+    """A declared layout the kind can run: every role it needs once and no other, each in its
+    datacenter, no two engines (or side channels) on one port; refused in one line."""
+    need = LIVE_ROLES[kind]
+    roles = [e.role for e in engines]
+    for r in roles:
+        if roles.count(r) > 1:
+            raise ValueError(f"live.engines: role {r} is declared {roles.count(r)} times; the live fronts drive one "
+                             "engine per role")
+    if sorted(roles) != sorted(need):
+        missing, extra = sorted(set(need) - set(roles)), sorted(set(roles) - set(need))
+        raise ValueError(f"live.engines: a {kind} deployment runs {', '.join(need)}" + (
+            f"; missing {', '.join(missing)}" if missing else "") + (f"; {', '.join(extra)} is not one of its roles"
+                                                                       if extra else ""))
+    for e in engines:
+        if e.datacenter != need[e.role]:
+            raise ValueError(f"live.engines: {e.role} in datacenter {e.datacenter}; a {kind} deployment puts {e.role} "
+                             f"in {need[e.role]}")
+    models = {e.model or model_dir or "the tiny model" for e in engines}
+    if len(models) > 1:
+        raise ValueError(f"live.engines: roles load different models ({', '.join(sorted(str(m) for m in models))}); "
+                         "KV moves between them, so every role serves the same model")
+    ports: dict[int, str] = {port_base: "the front's (live.port_base)"}
+    for e, (port, side) in zip(engines, engine_ports(kind, engines, port_base)):
+        for p, what in ((port, "port"), (side, "side channel")):
+            if p in ports:
+                raise ValueError(f"live.engines: {e.role}'s {what} {p} is already {ports[p]}; give each its own port")
+            ports[p] = f"{e.role}'s {what}"
+
+
+def engine_ports(kind: str, engines: list[EngineDecl], port_base: int) -> list[tuple[int, int]]:
+    """(server port, side-channel port) of each declared engine, defaults numbered by the role's
+    place in the kind (the fixed layout's numbering: port_base + 1 + i and port_base + 101 + i)."""
+    order = list(LIVE_ROLES[kind])
+    return [(e.port or port_base + 1 + order.index(e.role),
+             e.kv_connector.side_channel_port or port_base + 101 + order.index(e.role)) for e in engines]
+
+
 class LiveConfig(BaseModel):
     """How a live run drives real engines. The deployment itself is `deployment.kind`."""
     model_config = {"extra": "forbid"}
@@ -101,6 +199,12 @@ class LiveConfig(BaseModel):
             other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
             if other:
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        if self.attach is not None and self.engines is not None:
+            raise ValueError("live.attach and live.engines both set: attach to running engines or declare the ones "
+                             "pddbench starts, not both")
+        if self.engines is not None and self.model_dir is None and any(e.model for e in self.engines):
+            raise ValueError("live.engines names a model: give live.model_dir too (a copy of the model's folder; "
+                             "config.json is enough), whose KV bytes per token the router, calibration and summary use")
         if self.attach is not None and self.model_dir is None:
             raise ValueError("live.attach needs live.model_dir: the served model's folder (a copy of its config.json "
                              "is enough), whose KV bytes per token the router, calibration and summary use")
@@ -117,6 +221,10 @@ class LiveConfig(BaseModel):
         "P, RLD, MD); pddbench starts only its front, replay client and calibration, on this host, and checks "
         "each engine's health, served model and KV side channel first. Needs live.model_dir (a copy of the served "
         "model's folder, for its KV bytes per token)"))
+    engines: list[EngineDecl] | None = Field(None, description=(
+        "the engines pddbench starts, one per role (colocated: E0; same_dc_pd / cross_dc_pd: P, D; pdd: P, RLD, "
+        "MD): model, device (cpu cores or gpu ids), vLLM arguments, datacenter, KV connector; unset: the fixed "
+        "two-core layout of pddbench/live/placement.py"))
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
     rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")

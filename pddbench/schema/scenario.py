@@ -18,7 +18,7 @@ from netem.profile import LinkProfile, load_profile
 from pddbench.core.errors import InputError, UserError
 from pddbench.core.loading import is_stdin, load_yaml, load_yaml_value, read_text
 from pddbench.core.shipped import resolve_scenario, shipped_scenario_names
-from pddbench.schema.runtime_config import LatencyConfig, LiveConfig, TwinCalibration
+from pddbench.schema.runtime_config import LatencyConfig, LiveConfig, TwinCalibration, check_engines
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
@@ -246,6 +246,8 @@ class Scenario(_Strict):
         if d is not None and self.runtime == "live" and d.kind not in LIVE_KINDS:
             raise ValueError(f"deployment kind {d.kind} runs in the simulator only (runtime: sim); live runs deploy "
                              + ", ".join(LIVE_KINDS))
+        if d is not None and self.runtime == "live" and self.live.engines is not None:
+            check_engines(d.kind, self.live.engines, self.live.port_base, self.live.model_dir)
         if d is None or self.runtime == "live":
             return self  # live engines are placed by the live runtime; pools only tune it
         if d.kind not in ROLES_OF_KIND:
