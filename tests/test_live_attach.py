@@ -4,6 +4,7 @@ starts only its front and client, and leaves them running. Mismatches are refuse
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,7 @@ def _attach(fleet, **change) -> str:
 
 
 def _run(fleet, tmp_path, attach: str, *extra: str):
-    return run_cli("run", SCENARIO, "--set", attach, "--set", f"live.model_dir={fleet['model']}",
+    return run_cli("run", SCENARIO, "--set", attach, "--set", "live.engines=null", "--set", f"live.model_dir={fleet['model']}",
                    "--set", f"live.served_model_name={NAME}", "--set", "workload.synth.requests=6",
                    "--set", "live.load=null", "--set", "live.rate_rps=2", *extra, "--out", tmp_path / "run", timeout=900)
 
@@ -82,5 +83,91 @@ def test_a_mismatched_engine_is_refused_in_one_line(fleet, tmp_path, change, ext
 
 
 def test_attach_needs_the_models_folder(tmp_path):
-    res = run_cli("run", SCENARIO, "--set", "live.attach={E0: {url: 'http://127.0.0.1:9'}}", "--out", tmp_path / "r")
+    res = run_cli("run", SCENARIO, "--set", "live.attach={E0: {url: 'http://127.0.0.1:9'}}", "--set", "live.engines=null",
+                  "--out", tmp_path / "r")
     assert res.returncode == 2 and "live.attach needs live.model_dir" in res.stderr and "Traceback" not in res.stderr
+
+
+# -- `pddbench serve pd-proxy` in front of the same fleet (issue 28.5) --------------------------
+
+def _inventory(fleet, tmp_path) -> Path:
+    p, d = fleet["specs"]
+    inv = tmp_path / "fleet.yaml"
+    inv.write_text(json.dumps({"P": {"url": p.url, "kv_side_channel": f"127.0.0.1:{p.side_channel_port}"},
+                               "D": {"url": d.url, "kv_side_channel": f"127.0.0.1:{d.side_channel_port}"}}))
+    return inv
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_pd_proxy_in_front_of_running_engines(fleet, tmp_path):
+    """The proxy as a service: replay 6 requests through it, read its counters and engine health,
+    then Ctrl-C: it stops cleanly, logs a JSON line per request, and the engines keep serving."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen([sys.executable, "-m", "pddbench", "serve", "pd-proxy", str(SCENARIO), "--inventory",
+                             str(_inventory(fleet, tmp_path)), "--set", f"live.model_dir={fleet['model']}",
+                             "--set", f"live.served_model_name={NAME}", "--port", str(port), "--log", str(log)],
+                            stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                break
+            try:
+                if _get(url + "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        status, body = _get(url + "/health/engines")
+        assert status == 200 and json.loads(body)["engines"] == {"P": "ok", "D": "ok"}
+        from pddbench.schema.scenario import load_scenario
+        from pddbench.workload.source import workload_requests
+        from pddbench.workload.trace import write_trace
+
+        trace = tmp_path / "trace.jsonl"  # the live scenario's own trace (prompts within the tiny model's length)
+        write_trace(trace, workload_requests(load_scenario(SCENARIO, ["workload.synth.requests=6"])))
+        res = run_cli("replay", "--endpoint", url, "--trace", trace, "--model", NAME, "--rate", "2",
+                      "--pipeline", "p_d", "--out", tmp_path / "replay", timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        s = json.loads((tmp_path / "replay" / "summary.json").read_text())
+        assert s["requests_completed"] == 6
+        status, metrics = _get(url + "/metrics")
+        assert status == 200 and 'pddbench_requests_total{pipeline="p_d",status="200"} 6.0' in metrics, metrics
+        assert "pddbench_requests_in_flight 0.0" in metrics
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    assert rc == 0, proc.stderr.read()[-2000:]
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["event"] for x in lines][0] == "start" and lines[-1]["event"] == "stop"
+    requests = [x for x in lines if x["event"] == "request"]
+    assert len(requests) == 6 and all(x["status"] == 200 and x["prefill_ms"] > 0 for x in requests)
+    for spec in fleet["specs"]:  # not the service's: still serving
+        assert _get(spec.url + "/health")[0] == 200
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--host", "0.0.0.0"], "listen on loopback or its own namespaces"),
+    (["--host", "example.org"], "give an IP address"),
+    (["--set", "live.model_dir=null"], "give live.model_dir"),
+])
+def test_serve_refusals(fleet, tmp_path, args, says):
+    res = run_cli("serve", "pd-proxy", SCENARIO, "--inventory", _inventory(fleet, tmp_path), "--set",
+                  f"live.model_dir={fleet['model']}", "--set", f"live.served_model_name={NAME}", *args, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and says in res.stderr, res.stderr[-2000:]

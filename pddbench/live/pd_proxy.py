@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from pddbench.live.injected_delay import add_delay
+from pddbench.live.service import ON_ACCOUNT
 from pddbench.live.kv_requests import one_token_body, remote_decode_prefill_body
 from pddbench.live.upstream import engine_session, post
 
@@ -30,8 +31,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     received = time.monotonic()
     p_url, d_url = next(up.prefill), next(up.decode)
     session = up.session
+    tell = request.app.get(ON_ACCOUNT) or (lambda _status, _account: None)
     async with await post(session, p_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
         if resp.status != 200:
+            tell(resp.status, {"pipeline": "p_d"})
             return web.Response(status=resp.status, text=await resp.text())
         kv_params = (await resp.json()).get("kv_transfer_params")
     asked_d = time.monotonic()
@@ -42,6 +45,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if not body.get("stream") or resp.status != 200:
             await out.write(await resp.read())
             await out.write_eof()
+            tell(resp.status, {"pipeline": "p_d", "prefill_ms": (asked_d - received) * 1000})
             return out
         pending, first, done = b"", None, False
         async for chunk in resp.content.iter_any():
@@ -59,6 +63,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         tail = b"data: " + json.dumps({"choices": [], "pdd": account}).encode() + b"\n\n"
         await out.write(pending + tail + (DONE_EVENT if done else b""))
         await out.write_eof()
+        tell(resp.status, account)
         return out
 
 

@@ -201,7 +201,7 @@ class LiveConfig(BaseModel):
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
         if self.attach is not None and self.engines is not None:
             raise ValueError("live.attach and live.engines both set: attach to running engines or declare the ones "
-                             "pddbench starts, not both")
+                             "pddbench starts, not both (with attach, set live.engines: null)")
         if self.engines is not None and self.model_dir is None and any(e.model for e in self.engines):
             raise ValueError("live.engines names a model: give live.model_dir too (a copy of the model's folder; "
                              "config.json is enough), whose KV bytes per token the router, calibration and summary use")

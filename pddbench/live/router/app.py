@@ -19,6 +19,7 @@ from pddbench.live.injected_delay import add_delay
 from pddbench.live.router.config import RouterConfig, Trip
 from pddbench.live.router.flow import Router
 from pddbench.live.router.stream import UpstreamError
+from pddbench.live.service import ON_ACCOUNT
 from pddbench.live.upstream import engine_session
 
 ROUTER = web.AppKey("router", Router)
@@ -121,11 +122,22 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await _relay_tokens(sink, work, reply)
         work.result()
     except (UpstreamError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        return await reply.error(exc)
+        out = await reply.error(exc)
+        _tell(request, out.status, trip)
+        return out
     finally:
         if not work.done():
             work.cancel()
-    return await reply.done(trip)
+    out = await reply.done(trip)
+    _tell(request, out.status, trip)
+    return out
+
+
+def _tell(request: web.Request, status: int, trip: Trip) -> None:
+    """The request's account to the service around the router (`pddbench serve`), if any."""
+    on_account = request.app.get(ON_ACCOUNT)
+    if on_account is not None:
+        on_account(status, trip.as_pdd())
 
 
 async def models(request: web.Request) -> web.Response:

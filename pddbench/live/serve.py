@@ -1,0 +1,135 @@
+"""`pddbench serve pdd-router | pd-proxy SCENARIO` (issue 28.5): the PDD router or the PD proxy as
+a standalone service in front of engines that already run, so a team can put PDD before its own
+fleet and replay traces through it with `pddbench replay`.
+
+The scenario gives the policy, SLA, WAN profile and KV geometry (as in a live run); the engines
+come from `--inventory FILE` (role -> {url, kv_side_channel}, the same fields as live.attach) or
+the scenario's live.attach. Before listening, every engine is checked as attach mode checks it
+(health, served model, KV side channel). The service binds to loopback or a pddbench namespace
+address only, adds /metrics, /health/engines and JSON log lines (service.py), and shuts down
+cleanly on Ctrl-C or SIGTERM (its client session closed, handoffs still draining cancelled)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from netem.errors import InputError
+from pddbench.core.errors import UserError
+from pddbench.core.loading import load_yaml, read_text
+
+FRONT_KINDS = {"pdd-router": ("pdd",), "pd-proxy": ("same_dc_pd", "cross_dc_pd")}
+
+
+def load_inventory(path: Path) -> dict:
+    """role -> AttachedEngine from a YAML file: `P: {url: ..., kv_side_channel: HOST:PORT}` or
+    `P: http://...` (no side channel); refused naming the file and field."""
+    from pddbench.schema.runtime_config import AttachedEngine
+
+    data = load_yaml(read_text(path, "engine inventory"), str(path))
+    if not isinstance(data, dict) or not data:
+        raise InputError(str(path), "expected a mapping of role to engine, e.g. P: {url: 'http://10.0.0.5:8000', "
+                         "kv_side_channel: '10.0.0.5:5600'}")
+    out = {}
+    for role, value in data.items():
+        try:
+            out[str(role)] = AttachedEngine.model_validate({"url": value} if isinstance(value, str) else value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in (role, *err["loc"]))
+            raise InputError(str(path), err["msg"], field=where) from None
+    return out
+
+
+def check_bind(host: str) -> None:
+    """Loopback or a pddbench namespace address only (the project's servers never listen wider)."""
+    from netem.topology import DC_A, DC_B
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise UserError(f"--host {host}: give an IP address (127.0.0.1, or {DC_A.address} inside {DC_A.netns})") from None
+    if not (ip.is_loopback or host in (DC_A.address, DC_B.address)):
+        raise UserError(f"--host {host}: pddbench's services listen on loopback or its own namespaces' addresses "
+                        f"({DC_A.address}, {DC_B.address}) only; put your own reverse proxy or load balancer in "
+                        "front to reach it from other hosts")
+
+
+def prepare(front: str, scenario, overrides: list[str], inventory: Path | None):
+    """The checked scenario (live.attach set to the engines served) and the engines' specs."""
+    import dataclasses
+
+    from pddbench.live.deploy import attached, check_attached_engines
+    from pddbench.live.placement import PLACEMENTS
+    from pddbench.schema.scenario import load_scenario
+
+    sc = load_scenario(scenario, overrides)
+    kind = sc.deployment.kind if sc.deployment is not None else None
+    if kind not in FRONT_KINDS[front]:
+        raise UserError(f"{scenario}: serve {front} fronts a {' or '.join(FRONT_KINDS[front])} deployment; the scenario's "
+                        f"deployment.kind is {kind}")
+    engines = load_inventory(inventory) if inventory is not None else sc.live.attach
+    if not engines:
+        raise UserError(f"{scenario}: name the engines to serve: --inventory FILE (role: {{url, kv_side_channel}}) or "
+                        "live.attach in the scenario")
+    if sc.live.model_dir is None:
+        raise UserError(f"{scenario}: give live.model_dir (a copy of the served model's folder; config.json is "
+                        "enough): the router's KV bytes per token come from it")
+    sc = sc.model_copy(update={"live": sc.live.model_copy(update={"attach": engines})})
+    check_attached_engines(sc)  # roles, health, served model, side channels: refused before listening
+    placement = PLACEMENTS[kind]
+    specs = [dataclasses.replace(s, served_name=sc.live.served_model_name)
+             for s in placement.engines(sc.live.model_dir, sc.live.port_base)]
+    return sc, attached(kind, placement, specs, sc.live)[1]
+
+
+def build_app(front: str, sc, specs, warm_up: bool):
+    """The front's own app (the one live runs use) with the service's additions."""
+    from pddbench.live.service import add_service
+    from pddbench.live.tiny_model import kv_bytes_per_token
+
+    warm = sc.live.served_model_name if warm_up else None
+    if front == "pdd-router":
+        from pddbench.live.deploy import router_config
+        from pddbench.live.router.app import ROUTER, make_app
+
+        app = make_app(router_config(sc, specs, kv_bytes_per_token(sc.live.model_dir)), warm_model=warm)
+        session_of = lambda a: a[ROUTER].session  # noqa: E731
+    else:
+        from pddbench.live.pd_proxy import UPSTREAMS, make_app as proxy_app
+
+        app = proxy_app([specs[0].url], [specs[1].url], warm)
+        session_of = lambda a: a[UPSTREAMS].session  # noqa: E731
+    add_service(app, {s.name: s.url for s in specs}, session_of)
+    return app
+
+
+def serve(front: str, scenario, overrides: list[str], inventory: Path | None, host: str, port: int, warm_up: bool,
+          log_file: Path | None) -> None:
+    from aiohttp import web
+
+    from pddbench.live.service import LOG, JsonLines
+
+    check_bind(host)
+    sc, specs = prepare(front, scenario, overrides, inventory)
+    app = build_app(front, sc, specs, warm_up)
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    LOG.addHandler(handler)
+    LOG.setLevel(logging.INFO)
+    LOG.propagate = False
+    LOG.info(json.dumps({"event": "start", "front": front, "scenario": sc.name, "listen": f"http://{host}:{port}",
+                         "engines": {s.name: s.url for s in specs}}))
+    try:
+        web.run_app(app, host=host, port=port, print=None, access_log=None)
+    except OSError as exc:
+        raise UserError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc}); choose another port") from None
+    finally:
+        LOG.info(json.dumps({"event": "stop", "front": front}))
+        LOG.removeHandler(handler)
+        handler.close()
