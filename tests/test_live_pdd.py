@@ -352,3 +352,57 @@ def test_relay_transfer_calibration_on_real_engines(engines):
     assert all(r["kv_bytes"] == r["tokens"] * 2048 and 0 < r["transfer_ms"] < 60_000 for r in rows)
     link = fit_link(rows)
     assert link["delay_ms"] >= 0 and (link["rate_gbps"] is None or link["rate_gbps"] > 0)
+
+
+def test_serve_pdd_router_counts_what_it_served(engines, tmp_path):
+    """`pddbench serve pdd-router` before the same engines (issue 28.5): its /metrics add up to the
+    `pdd` accounts of the requests it answered, /health/engines sees all three, Ctrl-C stops it."""
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.conftest import REPO
+
+    p, rld, md = (e.spec for e in engines.engines)
+    inv = tmp_path / "fleet.yaml"
+    inv.write_text(json.dumps({s.name: {"url": s.url, "kv_side_channel": f"127.0.0.1:{s.side_channel_port}"}
+                               for s in (p, rld, md)}))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pddbench", "serve", "pdd-router", "live/pdd", "--inventory", str(inv),
+                             "--set", f"live.model_dir={p.model_dir}", "--port", str(port), "--log", str(tmp_path / "log")],
+                            stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    url = f"http://127.0.0.1:{port}"
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            for _ in range(600):
+                assert proc.poll() is None, proc.stderr.read()[-2000:]
+                try:
+                    async with s.get(url + "/health/engines") as r:
+                        health = (r.status, await r.json())
+                        break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.2)
+            accounts = [(await _complete(s, url, prompt_tokens([9000 + 3 * i, 9001 + 3 * i, 9002 + 3 * i], 300, 128, 16, 1024), 40))[1] for i in range(3)]
+            async with s.get(url + "/metrics") as r:
+                return health, accounts, await r.text()
+    try:
+        health, accounts, metrics = asyncio.run(go())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    assert rc == 0, proc.stderr.read()[-2000:]
+    assert health == (200, {"status": "ok", "engines": {"P": "ok", "RLD": "ok", "MD": "ok"}})
+    counted = {m[0]: float(m[1]) for m in re.findall(r'pddbench_requests_total\{pipeline="(\w+)",status="200"\} (\S+)', metrics)}
+    served = {}
+    for a in accounts:
+        served[a["pipeline"]] = served.get(a["pipeline"], 0) + 1
+    assert counted == served, (counted, served)
+    wan = float(re.search(r"^pddbench_wan_kv_bytes_total (\S+)$", metrics, re.M).group(1))
+    assert wan == sum(a["wan_kv_bytes"] for a in accounts)
+    lines = [json.loads(x) for x in (tmp_path / "log").read_text().splitlines()]
+    assert sum(x["event"] == "request" for x in lines) == 3 and lines[-1]["event"] == "stop"
