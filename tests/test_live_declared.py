@@ -119,3 +119,18 @@ def test_a_declared_layout_other_than_the_fixed_one_runs_on_real_engines(tmp_pat
     ran = {e["name"]: e for e in summary["engines"]}
     assert ran["P"]["port"] == 8391 and ran["D"]["port"] == 8392
     assert ran["P"]["cores"] == [1] and ran["D"]["cores"] == [0] and ran["P"]["gpus"] is None
+
+
+def test_the_gpu_benchmark_is_the_live_pdd_scenario_on_gpu_engines():
+    """benchmarks/gpu/live_pdd.sh's scenario differs from live/pdd only in its engines, all on GPU
+    device 0 in their datacenters; its script is valid bash (it runs only on a GPU host)."""
+    import subprocess
+
+    gpu = load_scenario(str(REPO / "benchmarks" / "gpu" / "live-pdd.yaml"))
+    cpu = load_scenario("live/pdd")
+    assert gpu.model_dump(exclude={"name": True, "live": {"engines"}}) == cpu.model_dump(
+        exclude={"name": True, "live": {"engines"}})
+    specs = declared_specs("pdd", gpu.live, "/model")
+    assert [(s.name, s.gpus, s.on_gpu) for s in specs] == [("P", (0,), True), ("RLD", (0,), True), ("MD", (0,), True)]
+    assert specs[0].netns != specs[2].netns
+    assert subprocess.run(["bash", "-n", str(REPO / "benchmarks" / "gpu" / "live_pdd.sh")]).returncode == 0
