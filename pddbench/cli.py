@@ -495,27 +495,16 @@ def replay_cmd(
     console.print(f"[green]wrote[/] {folder}")
 
 
-serve_app = typer.Typer(help="Run the PDD router or the PD proxy as a service in front of engines that already run "
-                        "(your fleet): the scenario's policy, /metrics (Prometheus), /health/engines, JSON logs.",
-                        no_args_is_help=True)
-app.add_typer(serve_app, name="serve")
-
-SERVE_INVENTORY = ("YAML file of the engines, by role: `P: {url: 'http://10.0.0.5:8000', kv_side_channel: "
-                   "'10.0.0.5:5600'}` (pdd-router: P, RLD, MD; pd-proxy: P, D); default: the scenario's live.attach.")
-
-
-def _serve(front: str, scenario: Path, set_: List[str], inventory: Optional[Path], host: str, port: int,
-           warm_up: bool, log_file: Optional[Path]) -> None:
-    from pddbench.live.serve import serve
-
-    serve(front, scenario, set_, inventory, host, port, warm_up, log_file)
-
-
-@serve_app.command("pdd-router")
-def serve_router_cmd(
-    scenario: Path = typer.Argument(..., help="A pdd scenario: its policy, SLA, WAN profile, relay batch limit and "
-                                    "live.model_dir (for the KV bytes per token) configure the router."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help=SERVE_INVENTORY),
+@app.command("serve")
+def serve_cmd(
+    front: str = typer.Argument(..., help="pdd-router (prefill on P, relay decode on RLD, handoff to MD; a pdd "
+                                "scenario) or pd-proxy (P prefills, D pulls the KV and decodes; a same_dc_pd or "
+                                "cross_dc_pd scenario)."),
+    scenario: Path = typer.Argument(..., help="Its policy, SLA, WAN profile, relay batch limit, served model name and "
+                                    "live.model_dir (for the KV bytes per token) configure the front."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help=(
+        "YAML file of the engines, by role: `P: {url: 'http://10.0.0.5:8000', kv_side_channel: '10.0.0.5:5600'}` "
+        "(pdd-router: P, RLD, MD; pd-proxy: P, D); default: the scenario's live.attach.")),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on: loopback or a pddbench namespace's."),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
@@ -523,25 +512,13 @@ def serve_router_cmd(
                                  "listening (NIXL's first handshake kept out of served requests)."),
     log_file: Optional[Path] = typer.Option(None, "--log", help="JSON log lines to this file (default: stderr)."),
 ) -> None:
-    """The PDD router (prefill on P, relay decode on RLD, handoff to MD) as a service; send it
-    OpenAI /v1/completions with token-id prompts, e.g. with `pddbench replay --endpoint`."""
-    _serve("pdd-router", scenario, set_, inventory, host, port, warm_up, log_file)
+    """Run the PDD router or the PD proxy as a service in front of engines that already run (your
+    fleet): the engines checked first, Prometheus /metrics, /health/engines, a JSON log line per
+    request, a clean stop on Ctrl-C or SIGTERM. Send it OpenAI /v1/completions with token-id
+    prompts, e.g. with `pddbench replay --endpoint`."""
+    from pddbench.live.serve import serve
 
-
-@serve_app.command("pd-proxy")
-def serve_proxy_cmd(
-    scenario: Path = typer.Argument(..., help="A same_dc_pd or cross_dc_pd scenario (its live.model_dir and served "
-                                    "model name are used)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help=SERVE_INVENTORY),
-    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on: loopback or a pddbench namespace's."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535),
-    warm_up: bool = typer.Option(True, "--warm-up/--no-warm-up", help="One request over the P -> D path before "
-                                 "listening."),
-    log_file: Optional[Path] = typer.Option(None, "--log", help="JSON log lines to this file (default: stderr)."),
-) -> None:
-    """The disaggregated-prefill proxy (P prefills, D pulls the KV and decodes) as a service."""
-    _serve("pd-proxy", scenario, set_, inventory, host, port, warm_up, log_file)
+    serve(front, scenario, set_, inventory, host, port, warm_up, log_file)
 
 
 model_app = typer.Typer(help="Models for live runs.", no_args_is_help=True)

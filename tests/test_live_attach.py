@@ -166,6 +166,7 @@ def test_serve_pd_proxy_in_front_of_running_engines(fleet, tmp_path):
     (["--host", "0.0.0.0"], "listen on loopback or its own namespaces"),
     (["--host", "example.org"], "give an IP address"),
     (["--set", "live.model_dir=null"], "give live.model_dir"),
+    (["--log", "/tmp"], "--log /tmp is a folder"),
 ])
 def test_serve_refusals(fleet, tmp_path, args, says):
     res = run_cli("serve", "pd-proxy", SCENARIO, "--inventory", _inventory(fleet, tmp_path), "--set",

@@ -57,9 +57,15 @@ def run_live(sc, run_dir: Path) -> dict:
     if cfg.attach is not None:
         placement, specs = attached(sc.deployment.kind, placement, specs, cfg)
         engines = AttachedEngines(specs, logs, {n: a.kv_side_channel for n, a in cfg.attach.items()})
+    elif cfg.ray_address is not None:  # on the cluster's nodes, across the network between them
+        from pddbench.live.ray_engines import RayEngines
+
+        placement = dataclasses.replace(placement, cross_dc=False)
+        engines = RayEngines(sc.deployment.kind, specs, logs, cfg.ray_address)
     else:
         engines = EngineGroup(specs, logs)
     with (emulated_wan(sc.network.wan_profile()) if placement.cross_dc else nullcontext()), engines as group:
+        specs = group.specs  # as they run (Ray: each at its node's address)
         before = group.metrics()  # before the front starts: its warm-up requests count
         with request_front(sc, placement, specs, kv_per_token, run_dir, logs) as endpoint:
             replay_cfg, load, probe_counts = cfg, None, {}
@@ -89,6 +95,21 @@ def attached(kind: str, placement: Placement, specs: list[EngineSpec], cfg: Live
         out.append(dataclasses.replace(s, host=url.hostname, port=url.port or (443 if url.scheme == "https" else 80),
                                        netns=None, cpu=None, preload=[]))
     return dataclasses.replace(placement, cross_dc=False), out
+
+
+def check_ray_engines(sc) -> None:
+    """live.ray_address: the cluster answers and has a node in every datacenter the kind uses,
+    checked before a run folder exists; no-op without it."""
+    if sc.live.ray_address is None:
+        return
+    from pddbench.core.ray_cluster import connect_ray, disconnect_ray
+    from pddbench.live.ray_engines import check_datacenters
+
+    ray, _, log = connect_ray(sc.live.ray_address, None)
+    try:
+        check_datacenters(ray, sc.deployment.kind, f"live.ray_address {sc.live.ray_address}")
+    finally:
+        disconnect_ray(ray, log)
 
 
 def check_attached_engines(sc) -> None:

@@ -140,10 +140,13 @@ class EngineSpec:
 
 
 class Engine:
-    def __init__(self, spec: EngineSpec, log_dir: Path):
+    def __init__(self, spec: EngineSpec, log_dir: Path, die_with_parent: bool = False):
         self.spec = spec
         self.log_path = log_dir / f"{spec.name}.log"
         self.proc: subprocess.Popen | None = None
+        # started by a Ray actor (ray_engines.py): the engine must not outlive the actor's process,
+        # which Ray may kill without warning, nor inherit the actor's Ray settings
+        self.die_with_parent = die_with_parent
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,10 +154,21 @@ class Engine:
         # All of the engine's processes on its core, not only the OpenMP thread: vLLM's scheduler
         # busy-polls (sched_yield) while its worker computes a step, which otherwise lands on the
         # other engines' cores (P's prefill ran 2-3x slower whenever D was decoding).
-        cores = self.spec.cores
-        pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
-        self.proc = subprocess.Popen(self.spec.command(), env=self.spec.env(), stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
+        cores, orphan_guard = self.spec.cores, self.die_with_parent
+
+        def before_exec() -> None:
+            if cores is not None:
+                os.sched_setaffinity(0, cores)
+            if orphan_guard:
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        env = self.spec.env()
+        if self.die_with_parent:
+            env = {k: v for k, v in env.items() if not k.startswith("RAY_")}
+        self.proc = subprocess.Popen(self.spec.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=before_exec if cores is not None or orphan_guard else None)
         log.close()  # the engine holds its own copy
 
     def _get(self, path: str, timeout: float = 5.0) -> str:
@@ -319,6 +333,10 @@ class EngineGroup:
     def metrics(self) -> dict[str, dict[str, float]]:
         return {e.spec.name: e.metrics() for e in self.engines}
 
+    @property
+    def specs(self) -> list[EngineSpec]:
+        return [e.spec for e in self.engines]
+
 
 class AttachedEngines:
     """Engines that already run (`live.attach`), in EngineGroup's place: checked on entry (health,
@@ -339,6 +357,10 @@ class AttachedEngines:
 
     def metrics(self) -> dict[str, dict[str, float]]:
         return {e.spec.name: e.metrics() for e in self.engines}
+
+    @property
+    def specs(self) -> list[EngineSpec]:
+        return [e.spec for e in self.engines]
 
 
 def check_attached(e: Engine, side_channel: str | None) -> None:

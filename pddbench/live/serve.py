@@ -109,16 +109,44 @@ def build_app(front: str, sc, specs, warm_up: bool):
     return app
 
 
+def log_handler(path: Path | None) -> logging.Handler:
+    """Where the JSON lines go: stderr, or a file appended to as the service runs (a character
+    device or a FIFO with a reader is written into; a folder or a FIFO nobody reads is refused)."""
+    import os
+    import stat
+
+    from pddbench.core.io import check_out_place, output_target
+
+    if path is None:
+        return logging.StreamHandler(sys.stderr)
+    check_out_place(path, "--log", folder=False)
+    target = output_target(path).path
+    if target.exists() and stat.S_ISFIFO(os.stat(target).st_mode):
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            raise UserError(f"--log {path} is a FIFO that nobody reads; start its reader first") from None
+        os.set_blocking(fd, True)
+        return logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
+    return logging.FileHandler(target, delay=True)  # made at the first line: a refusal leaves no file
+
+
 def serve(front: str, scenario, overrides: list[str], inventory: Path | None, host: str, port: int, warm_up: bool,
           log_file: Path | None) -> None:
     from aiohttp import web
 
     from pddbench.live.service import LOG, JsonLines
 
+    if front not in FRONT_KINDS:
+        raise UserError(f"serve {front}: expected {' or '.join(FRONT_KINDS)}")
     check_bind(host)
-    sc, specs = prepare(front, scenario, overrides, inventory)
-    app = build_app(front, sc, specs, warm_up)
-    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler = log_handler(log_file)
+    try:
+        sc, specs = prepare(front, scenario, overrides, inventory)
+        app = build_app(front, sc, specs, warm_up)
+    except BaseException:
+        handler.close()
+        raise
     handler.setFormatter(JsonLines())
     LOG.addHandler(handler)
     LOG.setLevel(logging.INFO)

@@ -199,6 +199,9 @@ class LiveConfig(BaseModel):
             other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
             if other:
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        if self.attach is not None and self.ray_address is not None:
+            raise ValueError("live.attach and live.ray_address both set: attached engines already run; Ray places "
+                             "engines pddbench starts")
         if self.attach is not None and self.engines is not None:
             raise ValueError("live.attach and live.engines both set: attach to running engines or declare the ones "
                              "pddbench starts, not both (with attach, set live.engines: null)")
@@ -225,6 +228,10 @@ class LiveConfig(BaseModel):
         "the engines pddbench starts, one per role (colocated: E0; same_dc_pd / cross_dc_pd: P, D; pdd: P, RLD, "
         "MD): model, device (cpu cores or gpu ids), vLLM arguments, datacenter, KV connector; unset: the fixed "
         "two-core layout of pddbench/live/placement.py"))
+    ray_address: str | None = Field(None, min_length=1, description=(
+        "place the engines on this Ray cluster's nodes by datacenter (each node started with the resource dc_a or "
+        "dc_b): each engine runs on a node of its role's datacenter at that node's address; the run emulates no WAN "
+        "(between real hosts: `pddbench netem up --dev --peer` on each side) and its front and client run here"))
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
     rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")

@@ -1,0 +1,157 @@
+"""Engines placed across hosts by Ray (`live.ray_address`, issue 28.3), in EngineGroup's place.
+
+Each engine is started by a Ray actor on a node of its datacenter: the actor asks for a sliver of
+the custom resource `dc_<datacenter>` (the role's datacenter: P and RLD in a, D across datacenters
+and MD in b), so Ray places it only on nodes started with it (`ray start --resources
+'{"dc_a": 8}'`). The actor launches vLLM on its node, listening on the node's address, and reports
+health and counters; the run's front and client talk to the engines at those addresses, across
+whatever network lies between the nodes (a real WAN, or netem between namespaces acting as
+hosts). Nothing is emulated by the run itself: between real hosts the WAN is `pddbench netem up
+--dev --peer` on each side.
+
+What crosses the network is JSON text (the engine's settings out, health and counters back).
+Teardown on any exit, Ctrl-C and SIGTERM included: every actor stops its engine (the whole
+process group), then is killed; an engine whose actor dies anyway gets SIGKILL from the kernel
+(PR_SET_PDEATHSIG), so no engine outlives the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+from pathlib import Path
+
+from pddbench.core.errors import UserError
+from pddbench.live.engines import Engine, EngineSpec, _interrupt_in
+from pddbench.schema.runtime_config import LIVE_ROLES
+
+START_S = 300.0  # an engine placed, started and healthy (a model load on a busy node)
+STOP_S = 60.0
+
+
+class EngineActor:
+    """One engine on the Ray node this actor was placed on."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    def node_ip(self) -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def start(self, spec_json: str, log_dir: str) -> str:
+        spec = spec_from_json(spec_json)
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        self.engine = Engine(spec, Path(log_dir), die_with_parent=True)
+        self.engine.start()
+        try:
+            self.engine.wait_healthy(START_S)
+        except UserError as exc:
+            self.engine.stop()
+            return json.dumps({"error": str(exc)})
+        return json.dumps({"url": spec.url})
+
+    def metrics(self) -> str:
+        return json.dumps(self.engine.metrics() if self.engine else {})
+
+    def stop(self) -> str:
+        if self.engine is not None:
+            self.engine.stop()
+        return "stopped"
+
+
+def spec_to_json(spec: EngineSpec) -> str:
+    return json.dumps(dataclasses.asdict(spec))
+
+
+def spec_from_json(text: str) -> EngineSpec:
+    d = json.loads(text)
+    for k in ("cpus", "gpus", "extra_args"):
+        if d.get(k) is not None:
+            d[k] = tuple(d[k])
+    return EngineSpec(**d)
+
+
+def datacenter_of(kind: str, role: str) -> str:
+    return LIVE_ROLES[kind][role]
+
+
+def check_datacenters(ray, kind: str, given: str) -> None:
+    """Every datacenter the kind's roles sit in has a node with its resource, or one line."""
+    have = ray.cluster_resources()
+    for dc in sorted(set(LIVE_ROLES[kind].values())):
+        if have.get(f"dc_{dc}", 0) <= 0:
+            raise UserError(f"{given}: no node of the Ray cluster has the resource dc_{dc}, where a {kind} deployment "
+                            f"puts {', '.join(r for r, d in LIVE_ROLES[kind].items() if d == dc)}; start that "
+                            f"datacenter's nodes with --resources '{{\"dc_{dc}\": 8}}'")
+
+
+class RayEngines:
+    """EngineGroup's interface over Ray actors: enter starts every engine on a node of its
+    datacenter (in parallel) and waits until all are healthy; `specs` are then the engines as
+    they run (the node's address in place of a namespace); exit stops them all."""
+
+    def __init__(self, kind: str, specs: list[EngineSpec], log_dir: Path, address: str):
+        self.kind, self.address, self.log_dir = kind, address, log_dir
+        self.specs = list(specs)
+        self.actors: list = []
+        self.ray = None
+
+    def __enter__(self) -> "RayEngines":
+        from pddbench.core.ray_cluster import connect_ray
+
+        self._old_term = signal.signal(signal.SIGTERM, _interrupt_in(os.getpid()))
+        try:
+            self.ray, _, self._ray_log = connect_ray(self.address, None)
+            self._start()
+        except BaseException:
+            self.stop()
+            signal.signal(signal.SIGTERM, self._old_term)
+            raise
+        return self
+
+    def _start(self) -> None:
+        ray = self.ray
+        check_datacenters(ray, self.kind, f"live.ray_address {self.address}")
+        remote = ray.remote(EngineActor)
+        for s in self.specs:
+            dc = datacenter_of(self.kind, s.name)
+            self.actors.append(remote.options(num_cpus=0, resources={f"dc_{dc}": 0.001}, max_concurrency=2,
+                                              name=None).remote())
+        ips = ray.get([a.node_ip.remote() for a in self.actors], timeout=START_S)
+        # on the node: its own address, no namespace of ours (the node is the datacenter)
+        self.specs = [dataclasses.replace(s, host=ip, netns=None) for s, ip in zip(self.specs, ips)]
+        started = ray.get([a.start.remote(spec_to_json(s), str(self.log_dir)) for a, s in zip(self.actors, self.specs)],
+                          timeout=START_S + 60)
+        errors = [json.loads(x)["error"] for x in started if "error" in json.loads(x)]
+        if errors:
+            raise UserError(errors[0])
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        signal.signal(signal.SIGTERM, self._old_term)
+
+    def stop(self) -> None:
+        if self.ray is None:
+            return
+        ray, actors, self.actors = self.ray, self.actors, []
+        if actors:
+            try:
+                ray.get([a.stop.remote() for a in actors], timeout=STOP_S)
+            except Exception:  # an actor already gone: its engine died with it (PDEATHSIG)
+                pass
+            for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:
+                    pass
+        from pddbench.core.ray_cluster import disconnect_ray
+
+        disconnect_ray(ray, self._ray_log)
+        self.ray = None
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        got = self.ray.get([a.metrics.remote() for a in self.actors], timeout=60)
+        return {s.name: json.loads(m) for s, m in zip(self.specs, got)}
