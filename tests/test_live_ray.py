@@ -125,3 +125,33 @@ def test_an_unreachable_cluster_is_refused_before_anything(tmp_path):
     gone = run_cli("run", "live/pdd", "--set", "live.ray_address=127.0.0.1:9", "--out", tmp_path / "none")
     assert gone.returncode == 2 and "Traceback" not in gone.stderr and not (tmp_path / "none").exists(), gone.stderr
     assert "127.0.0.1:9" in gone.stderr
+
+
+def test_ctrl_c_tears_down_every_engine_and_actor(cluster, tmp_path):
+    """Ctrl-C once the Ray-placed engines serve (the router has started): exit 130, and no engine
+    process or EngineActor is left on either node."""
+    import signal
+
+    cmd = ["ip", "netns", "exec", DC_A.netns, sys.executable, "-m", "pddbench", "run", "live/pdd",
+           "--set", f"live.ray_address={cluster['address']}", "--set", "workload.synth.requests=200",
+           "--set", "live.load=null", "--set", "live.rate_rps=1", "--set", "live.calibrate_engine=false",
+           "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cluster["env"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    router_log = tmp_path / "run" / "logs" / "router.log"
+    for _ in range(600):
+        if router_log.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    assert _engine_processes(), "the engines should be running by now"
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=300)
+    assert rc == 130, proc.stderr.read()[-3000:]
+    for _ in range(60):
+        if not _engine_processes() and not any("EngineActor" in p for p in _ray_processes()):
+            break
+        time.sleep(1)
+    assert not _engine_processes(), "an engine outlived Ctrl-C"
+    assert not any("EngineActor" in p for p in _ray_processes())
