@@ -61,7 +61,7 @@ def run_live(sc, run_dir: Path) -> dict:
         from pddbench.live.ray_engines import RayEngines
 
         placement = dataclasses.replace(placement, cross_dc=False)
-        engines = RayEngines(sc.deployment.kind, specs, logs, cfg.ray_address)
+        engines = RayEngines(sc.deployment.kind, specs, logs, cfg.ray_address, cfg.ray_wan, sc.network.wan_profile())
     else:
         engines = EngineGroup(specs, logs)
     with (emulated_wan(sc.network.wan_profile()) if placement.cross_dc else nullcontext()), engines as group:
@@ -79,7 +79,9 @@ def run_live(sc, run_dir: Path) -> dict:
             # the replay's counters: the probe's requests are not the run's
             engine_metrics = {k: v - probe_counts.get(k, 0.0) for k, v in metric_deltas(before, group.metrics()).items()}
             calibration = calibrate_after_replay(cfg, placement, specs, kv_per_token, run_dir, logs)
-    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, kv_per_token, load=load)
+    wan = getattr(engines, "wan_states", None)  # the WAN each Ray node applied (live.ray_wan)
+    return live_summary(sc, run_dir, specs, engine_metrics, calibration, model_dir, kv_per_token, load=load,
+                        extra={"ray_wan": wan} if wan else None)
 
 
 def attached(kind: str, placement: Placement, specs: list[EngineSpec], cfg: LiveConfig) -> tuple[Placement, list[EngineSpec]]:

@@ -32,7 +32,7 @@ def _within(path: str, run_dir: Path) -> str:
 
 
 def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dict, calibration: dict | None,
-                 model_dir: str, kv_bytes_per_token: int, load: dict | None = None) -> dict:
+                 model_dir: str, kv_bytes_per_token: int, load: dict | None = None, extra: dict | None = None) -> dict:
     """Move the replay's records to the run folder, summarise them and write summary.json (and
     calibration.json when the link was calibrated); a link outside its tolerance marks the run invalid."""
     kind = sc.deployment.kind
@@ -66,5 +66,6 @@ def live_summary(sc, run_dir: Path, specs: list[EngineSpec], engine_metrics: dic
             from rich.console import Console
 
             Console(stderr=True).print(f"[bold red]RUN INVALID[/]: {calibration['invalid_reason']}")
+    summary.update(extra or {})
     write_json(run_dir / "summary.json", summary)
     return summary

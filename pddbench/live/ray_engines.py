@@ -62,6 +62,41 @@ class EngineActor:
         return "stopped"
 
 
+class WanActor:
+    """The WAN profile on one node for the run (`pddbench netem up --dev --peer`, host mode), in a
+    state folder of the node's own: several nodes may share one machine (namespaces as hosts)."""
+
+    def __init__(self) -> None:
+        self.env: dict | None = None
+
+    def up(self, profile_json: str, dev: str, peer: str, sends: str, tag: str) -> str:
+        import subprocess
+        import sys
+        import tempfile
+
+        state = Path(tempfile.gettempdir()) / f"pddbench-netem-ray-{tag}"
+        self.env = {**os.environ, "PDDBENCH_NETEM_STATE": str(state)}
+        profile = state.with_suffix(".yaml")
+        profile.write_text(profile_json)  # JSON is YAML
+        res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "up", str(profile), "--dev", dev, "--peer", peer,
+                              "--sends", sends], env=self.env, capture_output=True, text=True, timeout=180)
+        if res.returncode != 0:
+            self.env = None
+            return json.dumps({"error": (res.stderr or res.stdout).strip().splitlines()[-1:]})
+        return (state / "state.json").read_text()
+
+    def down(self) -> str:
+        import subprocess
+        import sys
+
+        if self.env is None:
+            return "{}"
+        res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "down"], env=self.env, capture_output=True,
+                             text=True, timeout=120)
+        self.env = None
+        return json.dumps({"rc": res.returncode})
+
+
 def spec_to_json(spec: EngineSpec) -> str:
     return json.dumps(dataclasses.asdict(spec))
 
@@ -93,10 +128,15 @@ class RayEngines:
     datacenter (in parallel) and waits until all are healthy; `specs` are then the engines as
     they run (the node's address in place of a namespace); exit stops them all."""
 
-    def __init__(self, kind: str, specs: list[EngineSpec], log_dir: Path, address: str):
+    def __init__(self, kind: str, specs: list[EngineSpec], log_dir: Path, address: str, wan=None, profile=None):
+        """`wan` (live.ray_wan, datacenter -> {dev, peer}) with `profile` (the scenario's WAN): that
+        profile on every node of each datacenter for the run, before any engine starts."""
         self.kind, self.address, self.log_dir = kind, address, log_dir
         self.specs = list(specs)
         self.actors: list = []
+        self.wan, self.profile = wan, profile
+        self.wan_actors: list = []
+        self.wan_states: list[dict] = []  # what each node applied, for the summary
         self.ray = None
 
     def __enter__(self) -> "RayEngines":
@@ -112,9 +152,36 @@ class RayEngines:
             raise
         return self
 
+    def _shape_nodes(self) -> None:
+        """The WAN on every alive node of each datacenter: a's nodes send forward, b's reverse."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        remote = ray.remote(WanActor)
+        calls = []
+        for dc, side in sorted(self.wan.items()):
+            for node in ray.nodes():
+                if not node.get("Alive") or node.get("Resources", {}).get(f"dc_{dc}", 0) <= 0:
+                    continue
+                actor = remote.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node["NodeID"], soft=False)).remote()
+                self.wan_actors.append(actor)
+                sends = "forward" if dc == "a" else "reverse"
+                calls.append((dc, node["NodeManagerAddress"], side, actor.up.remote(
+                    self.profile.model_dump_json(), side.dev, side.peer, sends, node["NodeID"][:12])))
+        for dc, ip, side, call in calls:
+            got = json.loads(ray.get(call, timeout=240))
+            if "error" in got:
+                raise UserError(f"live.ray_wan.{dc} on node {ip} ({side.dev}, {side.peer}): "
+                                f"{' '.join(got['error']) or 'netem up failed'}")
+            self.wan_states.append({"datacenter": dc, "node": ip, "dev": side.dev, "peer": got.get("peer"),
+                                    "sends": got.get("sends"), "shaping": got.get("shaping")})
+
     def _start(self) -> None:
         ray = self.ray
         check_datacenters(ray, self.kind, f"live.ray_address {self.address}")
+        if self.wan:
+            self._shape_nodes()
         remote = ray.remote(EngineActor)
         for s in self.specs:
             dc = datacenter_of(self.kind, s.name)
@@ -143,6 +210,17 @@ class RayEngines:
             except Exception:  # an actor already gone: its engine died with it (PDEATHSIG)
                 pass
             for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:
+                    pass
+        wan, self.wan_actors = self.wan_actors, []
+        if wan:  # after the engines: the WAN goes last
+            try:
+                ray.get([a.down.remote() for a in wan], timeout=STOP_S * 2)
+            except Exception:  # a node gone: its host mode is removed by `netem down` there
+                pass
+            for a in wan:
                 try:
                     ray.kill(a)
                 except Exception:

@@ -182,6 +182,14 @@ def engine_ports(kind: str, engines: list[EngineDecl], port_base: int) -> list[t
              e.kv_connector.side_channel_port or port_base + 101 + order.index(e.role)) for e in engines]
 
 
+class HostWan(BaseModel):
+    """One datacenter's side of the WAN between real hosts (`pddbench netem up --dev --peer`)."""
+    model_config = {"extra": "forbid"}
+    dev: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:@-]+$",
+                     description="the interface of that datacenter's nodes that leads to the other datacenter")
+    peer: str = Field(min_length=1, description="the other datacenter's IPv4 prefix, e.g. 10.20.0.0/16")
+
+
 class LiveConfig(BaseModel):
     """How a live run drives real engines. The deployment itself is `deployment.kind`."""
     model_config = {"extra": "forbid"}
@@ -199,6 +207,12 @@ class LiveConfig(BaseModel):
             other = [k for k in ("rate_rps", "time_scale", "concurrency") if getattr(self, k) is not None]
             if other:
                 raise ValueError(f"live.load and live.{other[0]} both set: choose one (set the other to null)")
+        if self.ray_wan is not None and self.ray_address is None:
+            raise ValueError("live.ray_wan shapes the WAN on the nodes of live.ray_address's cluster: give "
+                             "live.ray_address too")
+        if self.ray_wan is not None and sorted(self.ray_wan) != ["a", "b"]:
+            raise ValueError(f"live.ray_wan names {sorted(self.ray_wan)}; give both datacenters, a and b (each "
+                             "node shapes what it sends and delays what it receives)")
         if self.attach is not None and self.ray_address is not None:
             raise ValueError("live.attach and live.ray_address both set: attached engines already run; Ray places "
                              "engines pddbench starts")
@@ -232,6 +246,9 @@ class LiveConfig(BaseModel):
         "place the engines on this Ray cluster's nodes by datacenter (each node started with the resource dc_a or "
         "dc_b): each engine runs on a node of its role's datacenter at that node's address; the run emulates no WAN "
         "(between real hosts: `pddbench netem up --dev --peer` on each side) and its front and client run here"))
+    ray_wan: dict[Literal["a", "b"], HostWan] | None = Field(None, description=(
+        "with live.ray_address: the scenario's WAN profile applied on every node of the cluster for the run "
+        "(`netem up --dev --peer`, host mode: datacenter a's nodes send forward, b's reverse), removed after it"))
     port_base: int = Field(8300, ge=1024, le=65000)
     time_scale: float | None = Field(None, gt=0)
     rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")
