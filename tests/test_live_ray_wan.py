@@ -111,6 +111,9 @@ def test_the_wan_profile_is_applied_on_every_node_for_the_run(hosts, tmp_path):
         assert "htb" not in _ns(ns, "tc", "qdisc", "show", "dev", dev).stdout
         assert "pddbench" not in _ns(ns, "iptables", "-t", "mangle", "-S").stdout
     assert not subprocess.run(["pgrep", "-f", "netem.delayline .*pddbench-netem-ray-"], capture_output=True).stdout
+    import tempfile
+
+    assert not list(Path(tempfile.gettempdir()).glob("pddbench-netem-ray-*"))  # state folders and profiles
     # and the round trip is the bare veth's again
     listen = ("import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 9101)); s.listen(64); "
               "print('ready', flush=True); time.sleep(600)")  # handshakes complete in the kernel's backlog

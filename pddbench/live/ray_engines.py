@@ -68,6 +68,7 @@ class WanActor:
 
     def __init__(self) -> None:
         self.env: dict | None = None
+        self.profile: Path | None = None
 
     def up(self, profile_json: str, dev: str, peer: str, sends: str, tag: str) -> str:
         import subprocess
@@ -76,12 +77,13 @@ class WanActor:
 
         state = Path(tempfile.gettempdir()) / f"pddbench-netem-ray-{tag}"
         self.env = {**os.environ, "PDDBENCH_NETEM_STATE": str(state)}
-        profile = state.with_suffix(".yaml")
-        profile.write_text(profile_json)  # JSON is YAML
-        res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "up", str(profile), "--dev", dev, "--peer", peer,
-                              "--sends", sends], env=self.env, capture_output=True, text=True, timeout=180)
+        self.profile = state.with_suffix(".yaml")
+        self.profile.write_text(profile_json)  # JSON is YAML
+        res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "up", str(self.profile), "--dev", dev, "--peer",
+                              peer, "--sends", sends], env=self.env, capture_output=True, text=True, timeout=180)
         if res.returncode != 0:
             self.env = None
+            self.profile.unlink(missing_ok=True)
             return json.dumps({"error": (res.stderr or res.stdout).strip().splitlines()[-1:]})
         return (state / "state.json").read_text()
 
@@ -94,6 +96,7 @@ class WanActor:
         res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "down"], env=self.env, capture_output=True,
                              text=True, timeout=120)
         self.env = None
+        self.profile.unlink(missing_ok=True)
         return json.dumps({"rc": res.returncode})
 
 
