@@ -50,6 +50,9 @@ D = {"role": "D", "datacenter": "a", "cpus": [1]}
     ("same_dc_pd", [P], {}, "missing D"),
     ("pdd", [P, {**D, "role": "RLD"}, {**D, "role": "D"}], {}, "D is not one of its roles"),
     ("same_dc_pd", [P, P, D], {}, "role P is declared 2 times"),
+    ("pdd", [P, {**D, "role": "RLD", "instances": 2}, {**D, "role": "MD", "datacenter": "b"}], {},
+     "2 instances of RLD; a pdd deployment's front drives one RLD"),
+    ("same_dc_pd", [{**P, "port": 9000, "instances": 2}, {**D, "port": 9001}], {}, "D's port 9001 is already P2's port"),
     ("same_dc_pd", [{**P, "port": 9001}, {**D, "port": 9001}], {}, "port 9001 is already P's port"),
     ("same_dc_pd", [P, {**D, "port": 8300}], {}, "the front's"),
     ("same_dc_pd", [{**P, "port": 9005}, {**D, "kv_connector": {"side_channel_port": 9005}}], {}, "side channel 9005"),
@@ -97,6 +100,21 @@ def test_a_gpu_engine_gets_devices_and_no_cpu_settings(tmp_path):
     assert md.netns is not None and p.netns is not None and md.netns != p.netns  # MD across the WAN
 
 
+def test_several_p_and_d_instances_are_numbered_and_all_behind_the_proxy(tmp_path):
+    from pddbench.live.deploy import pd_proxy_front
+
+    sc = load_scenario(_scenario(tmp_path, "cross_dc_pd", [{"role": "P", "datacenter": "a", "cpus": [0], "instances": 3},
+                                                           {"role": "D", "datacenter": "b", "cpus": [1], "instances": 2}]))
+    specs = declared_specs("cross_dc_pd", sc.live, "/m")
+    assert [s.name for s in specs] == ["P", "P2", "P3", "D", "D2"]
+    assert [s.port for s in specs] == [8301, 8302, 8303, 8304, 8305]
+    assert [s.side_channel_port for s in specs] == [8401, 8402, 8403, 8404, 8405]
+    assert {s.netns for s in specs[:3]} == {"pddb-dc-a"} and {s.netns for s in specs[3:]} == {"pddb-dc-b"}
+    _module, args, _log = pd_proxy_front(sc, specs, 2048, tmp_path)
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--prefill"] == [s.url for s in specs[:3]]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--decode"] == [s.url for s in specs[3:]]
+
+
 def test_fixed_layout_engines_are_unchanged_cpu_engines():
     spec = EngineSpec("P", "/m", 8301, cpu=0, kv_role="kv_producer", side_channel_port=8401)
     assert not spec.on_gpu and spec.cores == {0} and "--enforce-eager" in spec.command()
@@ -105,20 +123,21 @@ def test_fixed_layout_engines_are_unchanged_cpu_engines():
 
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 def test_a_declared_layout_other_than_the_fixed_one_runs_on_real_engines(tmp_path):
-    """Same-DC PD with its cores swapped, its own ports and vLLM arguments: the run completes through
-    the proxy, and the engines it started answered on the declared ports."""
-    engines = [{"role": "P", "datacenter": "a", "cpus": [1], "port": 8391,
+    """Same-DC PD with two P engines, its cores swapped, its own ports and vLLM arguments: the run
+    completes through the proxy (whose warm-up goes over every P -> D pair), and the engines it
+    started answered on the declared ports."""
+    engines = [{"role": "P", "datacenter": "a", "cpus": [1], "port": 8391, "instances": 2,
                 "vllm": {"max_model_len": 7168, "extra_args": ["--max-num-seqs", "16"]},
                 "kv_connector": {"side_channel_port": 8397}},
-               {"role": "D", "datacenter": "a", "cpus": [0], "port": 8392, "vllm": {"max_model_len": 7168}}]
+               {"role": "D", "datacenter": "a", "cpus": [0], "port": 8394, "vllm": {"max_model_len": 7168}}]
     scenario = _scenario(tmp_path, "same_dc_pd", engines, port_base=8390, load=None, rate_rps=2.0)
     res = run_cli("run", scenario, "--set", "workload.synth.requests=6", "--out", tmp_path / "r", timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["requests_completed"] == 6, summary.get("requests_completed")
     ran = {e["name"]: e for e in summary["engines"]}
-    assert ran["P"]["port"] == 8391 and ran["D"]["port"] == 8392
-    assert ran["P"]["cores"] == [1] and ran["D"]["cores"] == [0] and ran["P"]["gpus"] is None
+    assert ran["P"]["port"] == 8391 and ran["P2"]["port"] == 8392 and ran["D"]["port"] == 8394
+    assert ran["P"]["cores"] == [1] == ran["P2"]["cores"] and ran["D"]["cores"] == [0] and ran["P"]["gpus"] is None
 
 
 def test_the_gpu_benchmark_is_the_live_pdd_scenario_on_gpu_engines():

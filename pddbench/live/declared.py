@@ -9,7 +9,7 @@ from __future__ import annotations
 from netem.topology import DC_A, DC_B
 from pddbench.live.engines import EngineSpec
 from pddbench.live.placement import LOCAL_HOST, PLACEMENTS
-from pddbench.schema.runtime_config import LIVE_ROLES, LiveConfig, engine_ports
+from pddbench.schema.runtime_config import LiveConfig, engine_instances
 
 KV_ROLE = {"E0": None, "P": "kv_producer", "D": "kv_consumer", "RLD": "kv_consumer", "MD": "kv_consumer"}
 
@@ -18,16 +18,12 @@ def declared_specs(kind: str, cfg: LiveConfig, model_dir: str) -> list[EngineSpe
     """The declared engines as EngineSpecs, in the kind's role order (P first, as the fronts and
     the calibration expect): across datacenters each in its datacenter's namespace, else on loopback."""
     cross_dc = PLACEMENTS[kind].cross_dc
-    ports = dict(zip((e.role for e in cfg.engines), engine_ports(kind, cfg.engines, cfg.port_base)))
-    by_role = {e.role: e for e in cfg.engines}
     out = []
-    for role in LIVE_ROLES[kind]:
-        e = by_role[role]
+    for e, name, port, side in engine_instances(kind, cfg.engines, cfg.port_base):
         dc = (DC_A if e.datacenter == "a" else DC_B) if cross_dc else None
-        port, side = ports[role]
-        kv = KV_ROLE[role]
+        kv = KV_ROLE[e.role]
         out.append(EngineSpec(
-            role, e.model or model_dir, port, host=dc.address if dc else LOCAL_HOST, netns=dc.netns if dc else None,
+            name, e.model or model_dir, port, host=dc.address if dc else LOCAL_HOST, netns=dc.netns if dc else None,
             cpu=e.cpus[0] if e.cpus and len(e.cpus) == 1 else None,
             cpus=tuple(e.cpus) if e.cpus and len(e.cpus) > 1 else None,
             kv_role=kv, side_channel_port=side if kv else None, max_model_len=e.vllm.max_model_len,

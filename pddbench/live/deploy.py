@@ -201,8 +201,8 @@ def request_front(sc, placement: Placement, specs: list[EngineSpec], kv_per_toke
 
 
 def pd_proxy_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:
-    return ("pddbench.live.pd_proxy", ["--prefill", specs[0].url, "--decode", specs[1].url, "--warm-up-model",
-                                       sc.live.served_model_name], "proxy.log")
+    args = [a for s in specs for a in (("--prefill" if s.kv_role == "kv_producer" else "--decode"), s.url)]
+    return ("pddbench.live.pd_proxy", [*args, "--warm-up-model", sc.live.served_model_name], "proxy.log")
 
 
 def pdd_router_front(sc, specs: list[EngineSpec], kv_per_token: int, run_dir: Path) -> tuple[str, list[str], str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pddbench.core.errors import UserError
 from pddbench.live.engines import Engine, EngineSpec, _interrupt_in
-from pddbench.schema.runtime_config import LIVE_ROLES
+from pddbench.schema.runtime_config import LIVE_ROLES, role_of
 
 START_S = 300.0  # an engine placed, started and healthy (a model load on a busy node)
 STOP_S = 60.0
@@ -112,8 +112,8 @@ def spec_from_json(text: str) -> EngineSpec:
     return EngineSpec(**d)
 
 
-def datacenter_of(kind: str, role: str) -> str:
-    return LIVE_ROLES[kind][role]
+def datacenter_of(kind: str, name: str) -> str:
+    return LIVE_ROLES[kind][role_of(name)]
 
 
 def check_datacenters(ray, kind: str, given: str) -> None:

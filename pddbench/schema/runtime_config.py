@@ -113,6 +113,9 @@ class EngineDecl(BaseModel):
     """One engine pddbench starts for a role (`live.engines`)."""
     model_config = {"extra": "forbid"}
     role: Literal["E0", "P", "D", "RLD", "MD"]
+    instances: int = Field(1, ge=1, le=16, description=(
+        "engines of this role, alike (named P, P2, P3 ...; ports and side channels counted up from the first); "
+        "several only for P and D of same_dc_pd / cross_dc_pd, which the PD proxy spreads requests over"))
     datacenter: Literal["a", "b"] = Field(description="where it runs: a (P and RLD), b (D across datacenters, MD); "
                                           "a same-datacenter kind has every engine in a")
     model: str | None = Field(None, min_length=1, description="path or name the engine loads; default live.model_dir "
@@ -159,6 +162,9 @@ def check_engines(kind: str, engines: list[EngineDecl], port_base: int, model_di
             f"; missing {', '.join(missing)}" if missing else "") + (f"; {', '.join(extra)} is not one of its roles"
                                                                        if extra else ""))
     for e in engines:
+        if e.instances > 1 and not (kind in ("same_dc_pd", "cross_dc_pd") and e.role in ("P", "D")):
+            raise ValueError(f"live.engines: {e.instances} instances of {e.role}; a {kind} deployment's front drives "
+                             f"one {e.role} (several only for P and D of same_dc_pd / cross_dc_pd)")
         if e.datacenter != need[e.role]:
             raise ValueError(f"live.engines: {e.role} in datacenter {e.datacenter}; a {kind} deployment puts {e.role} "
                              f"in {need[e.role]}")
@@ -167,19 +173,33 @@ def check_engines(kind: str, engines: list[EngineDecl], port_base: int, model_di
         raise ValueError(f"live.engines: roles load different models ({', '.join(sorted(str(m) for m in models))}); "
                          "KV moves between them, so every role serves the same model")
     ports: dict[int, str] = {port_base: "the front's (live.port_base)"}
-    for e, (port, side) in zip(engines, engine_ports(kind, engines, port_base)):
+    for _e, name, port, side in engine_instances(kind, engines, port_base):
         for p, what in ((port, "port"), (side, "side channel")):
             if p in ports:
-                raise ValueError(f"live.engines: {e.role}'s {what} {p} is already {ports[p]}; give each its own port")
-            ports[p] = f"{e.role}'s {what}"
+                raise ValueError(f"live.engines: {name}'s {what} {p} is already {ports[p]}; give each its own port")
+            ports[p] = f"{name}'s {what}"
 
 
-def engine_ports(kind: str, engines: list[EngineDecl], port_base: int) -> list[tuple[int, int]]:
-    """(server port, side-channel port) of each declared engine, defaults numbered by the role's
-    place in the kind (the fixed layout's numbering: port_base + 1 + i and port_base + 101 + i)."""
-    order = list(LIVE_ROLES[kind])
-    return [(e.port or port_base + 1 + order.index(e.role),
-             e.kv_connector.side_channel_port or port_base + 101 + order.index(e.role)) for e in engines]
+def engine_instances(kind: str, engines: list[EngineDecl], port_base: int) -> list[tuple[EngineDecl, str, int, int]]:
+    """(declaration, name, server port, side-channel port) of every engine, in the kind's role
+    order, each role's instances together (P, P2, ...). Ports not given are numbered as the fixed
+    layout's are: port_base + 1 + i and port_base + 101 + i, i counting every engine before it;
+    a given port is the first instance's, the others count up from it."""
+    by_role = {e.role: e for e in engines}
+    out, i = [], 0
+    for role in LIVE_ROLES[kind]:
+        e = by_role[role]
+        for k in range(e.instances):
+            port = e.port + k if e.port else port_base + 1 + i
+            side = e.kv_connector.side_channel_port + k if e.kv_connector.side_channel_port else port_base + 101 + i
+            out.append((e, role if k == 0 else f"{role}{k + 1}", port, side))
+            i += 1
+    return out
+
+
+def role_of(name: str) -> str:
+    """An engine's role from its name (P2 -> P)."""
+    return name.rstrip("0123456789") or name
 
 
 class HostWan(BaseModel):
