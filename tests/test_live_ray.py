@@ -47,6 +47,16 @@ def _ray_processes() -> list[str]:
     return [line for line in out.stdout.splitlines() if line.strip()]
 
 
+def _assert_torn_down(after: str) -> None:
+    """No engine process and no EngineActor left (within a minute: Ray reaps killed actors late)."""
+    for _ in range(60):
+        if not _engine_processes() and not any("EngineActor" in p for p in _ray_processes()):
+            break
+        time.sleep(1)
+    assert not _engine_processes(), f"an engine outlived {after}"
+    assert not any("EngineActor" in p for p in _ray_processes()), f"an actor outlived {after}"
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """Namespaces and WAN (`pddbench netem up`), a Ray head in dc-a (resource dc_a) and a worker in
@@ -99,13 +109,7 @@ def test_pdd_on_engines_ray_placed_by_datacenter(cluster, tmp_path):
     records = pd.read_parquet(tmp_path / "run" / "records.parquet")
     assert len(records) == 8 and set(records["pipeline"]) <= {"pdd", "p_rld", "p_md", "p_rld_md"}
     assert (records["ttft_ms"] > 0).all()
-    # torn down: no engine process, no actor; the cluster itself stays (it is the user's)
-    for _ in range(60):
-        if not _engine_processes() and not any("EngineActor" in p for p in _ray_processes()):
-            break
-        time.sleep(1)
-    assert not _engine_processes(), "an engine outlived the run"
-    assert not any("EngineActor" in p for p in _ray_processes())
+    _assert_torn_down("the run")  # the cluster itself stays: it is the user's
 
 
 def test_a_datacenter_without_nodes_is_refused_in_one_line():
@@ -149,9 +153,4 @@ def test_ctrl_c_tears_down_every_engine_and_actor(cluster, tmp_path):
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(timeout=300)
     assert rc == 130, proc.stderr.read()[-3000:]
-    for _ in range(60):
-        if not _engine_processes() and not any("EngineActor" in p for p in _ray_processes()):
-            break
-        time.sleep(1)
-    assert not _engine_processes(), "an engine outlived Ctrl-C"
-    assert not any("EngineActor" in p for p in _ray_processes())
+    _assert_torn_down("Ctrl-C")
