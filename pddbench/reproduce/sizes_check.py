@@ -68,7 +68,8 @@ def words(same: dict, pdd: dict, found, most, least, sign) -> str:
         return head + " Same-DC PD met the SLA at no size, so no change can be stated."
     if sign == "loss":
         return (head + f" PDD's throughput change is {found:+.1f} % and at most {most:+.1f} % with any split the "
-                "search left open: no size in the range turns PDD's loss into a gain.")
+                "search left open (by its estimates, widened by the largest underestimate it saw): no size in the "
+                "range turns PDD's loss into a gain.")
     if sign == "gain":
         return head + f" PDD's throughput change is {found:+.1f} % and at least {least:+.1f} %: a gain at these sizes."
     return (head + f" PDD's throughput change is {found:+.1f} %, between {least:+.1f} % and {most:+.1f} % over the "
