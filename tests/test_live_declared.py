@@ -59,6 +59,11 @@ D = {"role": "D", "datacenter": "a", "cpus": [1]}
     ("cross_dc_pd", [P, D], {}, "D in datacenter a; a cross_dc_pd deployment puts D in b"),
     ("pdd", [P, {**D, "role": "RLD", "datacenter": "b"}, {**D, "role": "MD", "datacenter": "b"}], {}, "RLD in datacenter b"),
     ("same_dc_pd", [{**P, "gpus": [0]}, D], {}, "gpus given for a cpu engine"),
+    ("same_dc_pd", [{**P, "cpus": [-1]}, D], {}, "greater than or equal to 0"),
+    ("same_dc_pd", [{"role": "P", "datacenter": "a", "device": "gpu", "gpus": [0, 0]}, D], {}, "names a device twice"),
+    ("same_dc_pd", [{**P, "kv_connector": {"buffer_device": "cuda"}}, D], {}, "buffer_device cuda on a cpu engine"),
+    ("same_dc_pd", [{**P, "vllm": {"tensor_parallel_size": 2}}, D], {}, "tensor_parallel_size is a GPU setting"),
+    ("same_dc_pd", [{**P, "port": 65535, "instances": 2}, D], {}, "P2's port would be 65536"),
     ("same_dc_pd", [{"role": "P", "datacenter": "a", "device": "gpu", "gpus": [0, 1],
                      "vllm": {"tensor_parallel_size": 4}}, D], {}, "tensor_parallel_size 4 but 2 gpus"),
     ("same_dc_pd", [{"role": "P", "datacenter": "a", "device": "gpu"}, D], {}, "needs gpus"),
@@ -70,6 +75,27 @@ def test_an_impossible_layout_is_refused_in_one_line(tmp_path, kind, engines, li
     res = run_cli("run", _scenario(tmp_path, kind, engines, **live), "--out", tmp_path / "r")
     assert res.returncode == 2 and "Traceback" not in res.stderr and says in res.stderr, res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_role_of_an_engine_name():
+    from pddbench.schema.runtime_config import role_of
+
+    assert [role_of(n) for n in ("E0", "P", "P2", "D12", "RLD", "MD")] == ["E0", "P", "P", "D", "RLD", "MD"]
+
+
+@pytest.mark.parametrize("inventory,says", [
+    ("P: {url: 'http://h:abc'}\nD: {url: 'http://h:1'}\n", "field 'P.url'"),
+    ("P: {url: 'http://h:99999'}\nD: {url: 'http://h:1'}\n", "port 99999 is not between 1 and 65535"),
+    ("P: {url: 'https://h:8000'}\nD: {url: 'http://h:1'}\n", "field 'P.url'"),
+    ("P: {url: 'http://h:1', kv_side_channel: 'h:70000'}\n", "port 70000"),
+    ("[1, 2]\n", "expected a mapping of role to engine"),
+])
+def test_a_bad_inventory_is_refused_in_one_line(tmp_path, inventory, says):
+    inv = tmp_path / "fleet.yaml"
+    inv.write_text(inventory)
+    res = run_cli("serve", "pd-proxy", "live/same-dc-pd", "--inventory", inv, "--set", "live.model_dir=/m")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and says in res.stderr, res.stderr
+    assert str(inv) in res.stderr
 
 
 def test_a_gpu_engine_gets_devices_and_no_cpu_settings(tmp_path):

@@ -59,6 +59,8 @@ def test_pool_ranked_search_on_the_simulator(tmp_path):
     best = max(r["full"]["throughput_within_sla_rps"] for r in sim)
     assert data["best"]["throughput_within_sla_rps"] == best
     assert search["simulations"] == len(sim) + 10
+    open_reach = [r["reach_rps"] for r in rows if r["status"].startswith("unsettled")]
+    assert search["ceiling_rps"] == pytest.approx(max([best, *open_reach]), abs=1e-5)
     under = search["largest_underestimate"]
     assert under == pytest.approx(max([0.0] + [r["full"]["throughput_within_sla_rps"] / r["estimate"]["rps"] - 1
                                                 for r in sim if r["estimate"]["rps"]]), abs=1e-5)
@@ -80,15 +82,12 @@ def test_rank_refusals(tmp_path, args, says):
 
 
 def _result(label: str, best_rps: float, reach: list[float]) -> dict:
-    rows = [{"status": "simulated"}] + [{"status": "unsettled: ...", "reach_rps": x} for x in reach] + [
-        {"status": "pruned: estimate ...", "reach_rps": 0.5 * best_rps}]
-    return {"best": {"label": label, "throughput_within_sla_rps": best_rps}, "candidates": rows,
-            "search": {"candidates": len(rows), "simulations": 1, "refined": 1, "pruned": 1, "unsettled": len(reach)}}
+    return {"best": {"label": label, "throughput_within_sla_rps": best_rps},
+            "search": {"candidates": 2 + len(reach), "simulations": 1, "refined": 1, "pruned": 1,
+                       "unsettled": len(reach), "ceiling_rps": max([best_rps, *reach])}}
 
 
 def test_the_sizes_check_states_the_sign_only_when_the_open_splits_cannot_change_it():
-    assert sizes_check.ceiling(_result("x", 10.0, [9.0, 11.5])) == 11.5
-    assert sizes_check.ceiling(_result("x", 10.0, [])) == 10.0
     same = _result("P9x6 D3x11", 20.0, [])
     loss = sizes_check.compare(same, _result("P4x8 RLD1x11 MD3x10", 11.0, [12.0, 19.0]))
     assert loss["sign"] == "loss" and loss["throughput_change_pct"] == -45.0 and loss["pdd_change_at_most_pct"] == -5.0

@@ -41,8 +41,8 @@ def run_live(sc, run_dir: Path) -> dict:
     """Run a live scenario; writes records.parquet, summary.json, engine logs, calibration. The WAN,
     engines and front are context managers: each is removed on exit, error or Ctrl-C."""
     cfg: LiveConfig = sc.live
-    if cfg.attach is None:
-        _require_vllm()  # attached engines run elsewhere: this host needs none
+    if cfg.attach is None and (cfg.ray_address is None or cfg.model_dir is None):
+        _require_vllm()  # attached or Ray-placed engines of a given model run elsewhere: this host needs none
     placement = PLACEMENTS[sc.deployment.kind]
     model_dir = _model_dir(cfg, run_dir)
     kv_per_token = kv_bytes_per_token(model_dir)  # once, from the served model: the router, calibration, summary

@@ -155,14 +155,16 @@ class Engine:
         # busy-polls (sched_yield) while its worker computes a step, which otherwise lands on the
         # other engines' cores (P's prefill ran 2-3x slower whenever D was decoding).
         cores, orphan_guard = self.spec.cores, self.die_with_parent
+        if orphan_guard:  # looked up before the fork: the child only calls it
+            import ctypes
+
+            prctl = ctypes.CDLL(None).prctl
 
         def before_exec() -> None:
             if cores is not None:
                 os.sched_setaffinity(0, cores)
             if orphan_guard:
-                import ctypes
-
-                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+                prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         env = self.spec.env()
         if self.die_with_parent:
             env = {k: v for k, v in env.items() if not k.startswith("RAY_")}

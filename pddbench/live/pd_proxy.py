@@ -26,12 +26,29 @@ from pddbench.live.upstream import engine_session, post
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    tell = request.app.get(ON_ACCOUNT) or (lambda _status, _account: None)
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        tell(400, {"pipeline": "p_d"})
+        return web.json_response({"error": {"message": f"body is not JSON: {exc}"}}, status=400)
+    try:
+        return await _serve(request, body, tell)
+    except aiohttp.ClientError as exc:  # P or D unreachable or gone mid-request
+        tell(502, {"pipeline": "p_d"})
+        if request.get(PREPARED):
+            raise  # the stream has begun: nothing else can be said to the client
+        return web.json_response({"error": {"message": f"engine unreachable: {exc!r}"}}, status=502)
+
+
+PREPARED = web.RequestKey("prepared", bool)  # set once the client's response has started
+
+
+async def _serve(request: web.Request, body: dict, tell) -> web.StreamResponse:
     up = request.app[UPSTREAMS]
-    body = await request.json()
     received = time.monotonic()
     p_url, d_url = next(up.prefill), next(up.decode)
     session = up.session
-    tell = request.app.get(ON_ACCOUNT) or (lambda _status, _account: None)
     async with await post(session, p_url + "/v1/completions", remote_decode_prefill_body(body)) as resp:
         if resp.status != 200:
             tell(resp.status, {"pipeline": "p_d"})
@@ -42,6 +59,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     async with await post(session, d_url + "/v1/completions", decode_body) as resp:
         out = web.StreamResponse(status=resp.status, headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")})
         await out.prepare(request)
+        request[PREPARED] = True
         if not body.get("stream") or resp.status != 200:
             await out.write(await resp.read())
             await out.write_eof()

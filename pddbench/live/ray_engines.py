@@ -30,11 +30,36 @@ START_S = 300.0  # an engine placed, started and healthy (a model load on a busy
 STOP_S = 60.0
 
 
+def watchdog(action: str, env: dict | None = None):
+    """A process that runs the Python `action` once this process (the actor) is gone: Ray kills
+    actors without warning (a driver killed, a node lost), and what the actor started must not
+    outlive it. Its own session, so the actor's death does not take it along."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, time\nparent = int(sys.argv[1])\n"
+            "while os.path.exists(f'/proc/{parent}'):\n    time.sleep(0.5)\n" + action)
+    return subprocess.Popen([sys.executable, "-c", code, str(os.getpid())], env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _end(proc) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 class EngineActor:
-    """One engine on the Ray node this actor was placed on."""
+    """One engine on the Ray node this actor was placed on. Answers stop() while start() waits
+    (max_concurrency 2): a stop that lands first keeps the engine from starting at all."""
 
     def __init__(self) -> None:
+        import threading
+
         self.engine: Engine | None = None
+        self.guard = None
+        self.lock = threading.Lock()
+        self.stopping = False
 
     def node_ip(self) -> str:
         import ray
@@ -42,33 +67,45 @@ class EngineActor:
         return ray.util.get_node_ip_address()
 
     def start(self, spec_json: str, log_dir: str) -> str:
-        spec = spec_from_json(spec_json)
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        self.engine = Engine(spec, Path(log_dir), die_with_parent=True)
-        self.engine.start()
         try:
+            spec = spec_from_json(spec_json)
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            with self.lock:
+                if self.stopping:
+                    return json.dumps({"error": "stopped before it started"})
+                self.engine = Engine(spec, Path(log_dir), die_with_parent=True)
+                self.engine.start()
+                # the engine's whole process group (API server, engine core, workers) dies with us
+                self.guard = watchdog(f"import signal\ntry:\n    os.killpg({self.engine.proc.pid}, signal.SIGKILL)\n"
+                                      "except ProcessLookupError:\n    pass\n")
             self.engine.wait_healthy(START_S)
-        except UserError as exc:
-            self.engine.stop()
-            return json.dumps({"error": str(exc)})
+        except Exception as exc:  # any failure on the node, as one line for the driver
+            self.stop()
+            return json.dumps({"error": f"{spec_name(spec_json)} on {self.node_ip()}: {exc}"})
         return json.dumps({"url": spec.url})
 
     def metrics(self) -> str:
         return json.dumps(self.engine.metrics() if self.engine else {})
 
     def stop(self) -> str:
-        if self.engine is not None:
-            self.engine.stop()
+        with self.lock:
+            self.stopping = True
+            engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.stop()
+        _end(self.guard)
         return "stopped"
 
 
 class WanActor:
     """The WAN profile on one node for the run (`pddbench netem up --dev --peer`, host mode), in a
-    state folder of the node's own: several nodes may share one machine (namespaces as hosts)."""
+    state folder of the node's own: several nodes may share one machine (namespaces as hosts).
+    A watchdog takes it down if the actor dies first."""
 
     def __init__(self) -> None:
         self.env: dict | None = None
         self.profile: Path | None = None
+        self.guard = None
 
     def up(self, profile_json: str, dev: str, peer: str, sends: str, tag: str) -> str:
         import subprocess
@@ -79,11 +116,12 @@ class WanActor:
         self.env = {**os.environ, "PDDBENCH_NETEM_STATE": str(state)}
         self.profile = state.with_suffix(".yaml")
         self.profile.write_text(profile_json)  # JSON is YAML
+        self.guard = watchdog("import subprocess\nsubprocess.run([sys.executable, '-m', 'pddbench', 'netem', 'down'], "
+                              "capture_output=True)\n" f"os.unlink({str(self.profile)!r})\n", self.env)
         res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "up", str(self.profile), "--dev", dev, "--peer",
                               peer, "--sends", sends], env=self.env, capture_output=True, text=True, timeout=180)
         if res.returncode != 0:
-            self.env = None
-            self.profile.unlink(missing_ok=True)
+            self.down()
             return json.dumps({"error": (res.stderr or res.stdout).strip().splitlines()[-1:]})
         return (state / "state.json").read_text()
 
@@ -91,13 +129,21 @@ class WanActor:
         import subprocess
         import sys
 
+        _end(self.guard)
         if self.env is None:
             return "{}"
         res = subprocess.run([sys.executable, "-m", "pddbench", "netem", "down"], env=self.env, capture_output=True,
                              text=True, timeout=120)
         self.env = None
         self.profile.unlink(missing_ok=True)
-        return json.dumps({"rc": res.returncode})
+        return json.dumps({"rc": res.returncode, "error": (res.stderr or "").strip()[-300:] if res.returncode else ""})
+
+
+def spec_name(spec_json: str) -> str:
+    try:
+        return json.loads(spec_json)["name"]
+    except (ValueError, KeyError, TypeError):
+        return "an engine"
 
 
 def spec_to_json(spec: EngineSpec) -> str:
@@ -173,7 +219,7 @@ class RayEngines:
                 calls.append((dc, node["NodeManagerAddress"], side, actor.up.remote(
                     self.profile.model_dump_json(), side.dev, side.peer, sends, node["NodeID"][:12])))
         for dc, ip, side, call in calls:
-            got = json.loads(ray.get(call, timeout=240))
+            got = json.loads(self._get(call, 240, f"live.ray_wan.{dc} on node {ip}"))
             if "error" in got:
                 raise UserError(f"live.ray_wan.{dc} on node {ip} ({side.dev}, {side.peer}): "
                                 f"{' '.join(got['error']) or 'netem up failed'}")
@@ -190,20 +236,38 @@ class RayEngines:
             dc = datacenter_of(self.kind, s.name)
             self.actors.append(remote.options(num_cpus=0, resources={f"dc_{dc}": 0.001}, max_concurrency=2,
                                               name=None).remote())
-        ips = ray.get([a.node_ip.remote() for a in self.actors], timeout=START_S)
+        ips = self._get([a.node_ip.remote() for a in self.actors], START_S, "placing the engines")
         # on the node: its own address, no namespace of ours (the node is the datacenter)
         self.specs = [dataclasses.replace(s, host=ip, netns=None) for s, ip in zip(self.specs, ips)]
-        started = ray.get([a.start.remote(spec_to_json(s), str(self.log_dir)) for a, s in zip(self.actors, self.specs)],
-                          timeout=START_S + 60)
+        started = self._get([a.start.remote(spec_to_json(s), str(self.log_dir)) for a, s in zip(self.actors, self.specs)],
+                            START_S + 60, "starting the engines")
         errors = [json.loads(x)["error"] for x in started if "error" in json.loads(x)]
         if errors:
             raise UserError(errors[0])
+
+    def _get(self, refs, timeout_s: float, doing: str):
+        """ray.get, with Ray's failures (a timeout, an actor or node lost) as one line."""
+        try:
+            return self.ray.get(refs, timeout=timeout_s)
+        except Exception as exc:
+            if isinstance(exc, UserError):
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise UserError(f"live.ray_address {self.address}: {doing} failed: {first}") from None
 
     def __exit__(self, *exc) -> None:
         self.stop()
         signal.signal(signal.SIGTERM, self._old_term)
 
     def stop(self) -> None:
+        """Every engine, then the WAN; a Ctrl-C or SIGTERM meanwhile is held until all is down."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._stop()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def _stop(self) -> None:
         if self.ray is None:
             return
         ray, actors, self.actors = self.ray, self.actors, []
@@ -220,9 +284,15 @@ class RayEngines:
         wan, self.wan_actors = self.wan_actors, []
         if wan:  # after the engines: the WAN goes last
             try:
-                ray.get([a.down.remote() for a in wan], timeout=STOP_S * 2)
-            except Exception:  # a node gone: its host mode is removed by `netem down` there
-                pass
+                downs = [json.loads(x) for x in ray.get([a.down.remote() for a in wan], timeout=STOP_S * 2)]
+            except Exception:  # a node gone: its actor's watchdog takes its WAN down there
+                downs = []
+            for d in downs:
+                if d.get("rc"):
+                    from rich.console import Console
+
+                    Console(stderr=True).print(f"[yellow]warning[/]: netem down on a Ray node failed: {d['error']}; "
+                                               "run `pddbench netem down` there", highlight=False)
             for a in wan:
                 try:
                     ray.kill(a)

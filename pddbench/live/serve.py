@@ -109,6 +109,10 @@ def build_app(front: str, sc, specs, warm_up: bool):
     return app
 
 
+def _short(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
 def log_handler(path: Path | None) -> logging.Handler:
     """Where the JSON lines go: stderr, or a file appended to as the service runs (a character
     device or a FIFO with a reader is written into; a folder or a FIFO nobody reads is refused)."""
@@ -133,6 +137,9 @@ def log_handler(path: Path | None) -> logging.Handler:
 
 def serve(front: str, scenario, overrides: list[str], inventory: Path | None, host: str, port: int, warm_up: bool,
           log_file: Path | None) -> None:
+    import errno
+
+    import aiohttp
     from aiohttp import web
 
     from pddbench.live.service import LOG, JsonLines
@@ -155,8 +162,13 @@ def serve(front: str, scenario, overrides: list[str], inventory: Path | None, ho
                          "engines": {s.name: s.url for s in specs}}))
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None)
+    except aiohttp.ClientError as exc:  # the warm-up over the engines, before listening
+        raise UserError(f"serve {front}: the warm-up request over the engines failed ({_short(exc)}); check them "
+                        "with /health on each, or start with --no-warm-up") from None
     except OSError as exc:
-        raise UserError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc}); choose another port") from None
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UserError(f"--host {host} --port {port}: cannot listen ({exc.strerror}); choose another port") from None
+        raise UserError(f"serve {front}: {_short(exc)}") from None
     finally:
         LOG.info(json.dumps({"event": "stop", "front": front}))
         LOG.removeHandler(handler)

@@ -20,9 +20,9 @@ MAX_SIMULATIONS = {"same-dc-pd": 40, "pdd": 16}  # after the pool stage; the res
 
 
 def ceiling(result: dict) -> float:
-    """The most the deployment's best split could deliver by the search's own rules."""
-    best = result["best"]["throughput_within_sla_rps"]
-    return max([best] + [r["reach_rps"] for r in result["candidates"] if r["status"].startswith("unsettled")])
+    """The most the deployment's best split could deliver by the search's own rules (over every
+    split, not only those optimize.json lists)."""
+    return result["search"]["ceiling_rps"]
 
 
 def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int,

@@ -5,7 +5,7 @@ here, so the schema can be read (and validated) where neither the simulator nor 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -78,10 +78,19 @@ class TwinCalibration(BaseModel):
 class AttachedEngine(BaseModel):
     """An engine that already runs (attach mode): pddbench checks it, sends to it, never stops it."""
     model_config = {"extra": "forbid"}
-    url: str = Field(pattern=r"^https?://[^/\s]+$", description="its OpenAI server, e.g. http://10.1.2.3:8000")
+    url: str = Field(pattern=r"^http://[^/\s:]+(:[0-9]{1,5})?$", description=(
+        "its OpenAI server, e.g. http://10.1.2.3:8000 (plain HTTP: pddbench's clients speak no TLS)"))
     kv_side_channel: str | None = Field(None, pattern=r"^[^\s:]+:[0-9]{1,5}$", description=(
         "HOST:PORT of its KV connector's side channel (NIXL handshake); needed for the roles that move KV "
         "(P, D, RLD, MD), checked to accept a connection"))
+
+    @model_validator(mode="after")
+    def _ports(self):
+        for what, text in (("url", self.url), ("kv_side_channel", self.kv_side_channel)):
+            port = (text or "").rpartition(":")[2]
+            if text and port.isdigit() and not 0 < int(port) <= 65535 and (what != "url" or text.count(":") == 2):
+                raise ValueError(f"{what} {text}: port {port} is not between 1 and 65535")
+        return self
 
 
 # The engines each live kind runs, by role, and the datacenter each role sits in (the live
@@ -112,7 +121,7 @@ class KVConnector(BaseModel):
 class EngineDecl(BaseModel):
     """One engine pddbench starts for a role (`live.engines`)."""
     model_config = {"extra": "forbid"}
-    role: Literal["E0", "P", "D", "RLD", "MD"]
+    role: Literal["E0", "P", "D", "RLD", "MD"]  # ROLE_NAMES
     instances: int = Field(1, ge=1, le=16, description=(
         "engines of this role, alike (named P, P2, P3 ...; ports and side channels counted up from the first); "
         "several only for P and D of same_dc_pd / cross_dc_pd, which the PD proxy spreads requests over"))
@@ -121,8 +130,11 @@ class EngineDecl(BaseModel):
     model: str | None = Field(None, min_length=1, description="path or name the engine loads; default live.model_dir "
                               "(unset: the tiny model); every role serves the same model")
     device: Literal["cpu", "gpu"] = "cpu"
-    cpus: list[int] | None = Field(None, min_length=1, description="CPU engines: the cores the whole engine runs on")
-    gpus: list[int] | None = Field(None, min_length=1, description="GPU engines: device ids (CUDA_VISIBLE_DEVICES)")
+    cpus: list[Annotated[int, Field(ge=0, le=4095)]] | None = Field(
+        None, min_length=1, description="CPU engines: the cores the whole engine runs on (of this host's, checked "
+        "where it starts)")
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(
+        None, min_length=1, description="GPU engines: device ids (CUDA_VISIBLE_DEVICES), each once")
     port: int | None = Field(None, ge=1024, le=65535, description="its OpenAI server's port; default live.port_base + "
                              "1 + the role's place (P 0, then D / RLD, MD)")
     vllm: VllmArgs = Field(default_factory=VllmArgs)
@@ -142,8 +154,15 @@ class EngineDecl(BaseModel):
             if tp is not None and tp != len(self.gpus):
                 raise ValueError(f"{self.role}: vllm.tensor_parallel_size {tp} but {len(self.gpus)} gpus; give one "
                                  "device per tensor-parallel rank")
-        elif self.vllm.gpu_memory_utilization is not None:
-            raise ValueError(f"{self.role}: vllm.gpu_memory_utilization is a GPU setting; this engine runs on cpu")
+            if len(set(self.gpus)) != len(self.gpus):
+                raise ValueError(f"{self.role}: gpus {self.gpus} names a device twice")
+        else:
+            gpu_only = [k for k in ("gpu_memory_utilization", "tensor_parallel_size")
+                        if getattr(self.vllm, k) is not None]
+            if gpu_only:
+                raise ValueError(f"{self.role}: vllm.{gpu_only[0]} is a GPU setting; this engine runs on cpu")
+            if self.kv_connector.buffer_device == "cuda":
+                raise ValueError(f"{self.role}: kv_connector.buffer_device cuda on a cpu engine; use cpu (or device: gpu)")
         return self
 
 
@@ -175,6 +194,8 @@ def check_engines(kind: str, engines: list[EngineDecl], port_base: int, model_di
     ports: dict[int, str] = {port_base: "the front's (live.port_base)"}
     for _e, name, port, side in engine_instances(kind, engines, port_base):
         for p, what in ((port, "port"), (side, "side channel")):
+            if p > 65535:
+                raise ValueError(f"live.engines: {name}'s {what} would be {p}, past 65535; give its role lower ports")
             if p in ports:
                 raise ValueError(f"live.engines: {name}'s {what} {p} is already {ports[p]}; give each its own port")
             ports[p] = f"{name}'s {what}"
@@ -197,9 +218,12 @@ def engine_instances(kind: str, engines: list[EngineDecl], port_base: int) -> li
     return out
 
 
+ROLE_NAMES = ("E0", "P", "D", "RLD", "MD")
+
+
 def role_of(name: str) -> str:
-    """An engine's role from its name (P2 -> P)."""
-    return name.rstrip("0123456789") or name
+    """An engine's role from its name (P2 -> P; E0 is a role's own name)."""
+    return name if name in ROLE_NAMES else name.rstrip("0123456789")
 
 
 class HostWan(BaseModel):

@@ -376,13 +376,14 @@ def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], exec
     order = sorted(range(len(rows)), key=lambda i: (-(est(i) if est(i) is not None else rows[i]["bound"]["bound_rps"]), i))
     best, done = 0.0, []
     floor = lambda: (1 - sb.MARGIN) * best
-    left = order
     while len(done) < max_simulations:
-        left = [i for i in left if reach(i) > 0 and reach(i) >= floor()]
+        # every split not yet simulated, against today's best and margin (the margin only grows,
+        # so a split left out one round may come back the next)
+        simulated = set(done)
+        left = [i for i in order if i not in simulated and reach(i) > 0 and reach(i) >= floor()]
         batch = left[:min(PRUNE_BATCH, max_simulations - len(done))]
         if not batch:
             break
-        left = left[len(batch):]
         ranks = ", ".join(f"{est(i) if est(i) is not None else rows[i]['bound']['bound_rps']:.3g}" for i in batch)
         on_stage and on_stage(f"{'estimated' if pools else 'bounded'} search: simulating {len(batch)} splits "
                               f"({ranks} req/s; best so far {best:.3g})")
@@ -412,16 +413,21 @@ def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], exec
                         "must fit and its decode step meet the TPOT bound)")
     best_i = max(done, key=lambda i: (rows[i]["full"]["throughput_within_sla_rps"], -i))
     unsettled = sum(r["status"].startswith("unsettled") for r in rows)
+    # the most the best split could deliver by the search's own rules (all rows, not the listed ones)
+    ceiling = max([rows[best_i]["full"]["throughput_within_sla_rps"]]
+                  + [r["reach_rps"] for r in rows if r["status"].startswith("unsettled")])
     result = _result(sc, budget, sizes, iterations, rows, best_i, {
         "splits": "maximal, bounded analytically (pddbench/sweep/split_bounds.py)" + (
             ", estimated from measured pool capacities (pddbench/sweep/pool_estimates.py)" if pools else "")
         + f", simulated in order of {'estimate' if pools else 'bound'}",
         "rank": rank, "candidates": len(rows), "requests": requests, "coarse_requests": None, "refined": len(done),
         "refine_top": None, "pruned": sum(r["status"].startswith("pruned") for r in rows), "unsettled": unsettled,
-        "exhaustive": unsettled == 0, "margin": sb.MARGIN, "largest_underestimate": round(under, 6) if pools else None,
+        "exhaustive": unsettled == 0, "ceiling_rps": round(ceiling, 6), "margin": sb.MARGIN,
+        "largest_underestimate": round(under, 6) if pools else None,
         "pool_capacities": pools, "simulations": len(done) + sum(len(v) for v in (pools or {}).values())})
-    result["candidates"] = [r for r in rows if r["status"] == "simulated"] + [
-        r for r in rows if r["status"] != "simulated"][:MAX_LISTED]
+    rest = sorted((r for r in rows if r["status"] != "simulated"),
+                  key=lambda r: (not r["status"].startswith("unsettled"), -r["reach_rps"]))  # the open ones first
+    result["candidates"] = [r for r in rows if r["status"] == "simulated"] + rest[:MAX_LISTED]
     return result
 
 

@@ -112,9 +112,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
+        _tell(request, 400, Trip())
         return web.json_response({"error": {"message": f"body is not JSON: {exc}"}}, status=400)
     prompt = body.get("prompt")
     if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+        _tell(request, 400, Trip())
         return web.json_response({"error": {"message": "the PDD router takes prompts as a list of token ids"}}, status=400)
     reply, sink, trip = _Reply(request, body), asyncio.Queue(), Trip()
     work = asyncio.create_task(router.serve(body, sink, trip))
@@ -123,7 +125,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         work.result()
     except (UpstreamError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         out = await reply.error(exc)
-        _tell(request, out.status, trip)
+        _tell(request, 502 if out.status == 200 else out.status, trip)  # a stream ended by an error is no success
         return out
     finally:
         if not work.done():
