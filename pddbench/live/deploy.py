@@ -51,9 +51,7 @@ def run_live(sc, run_dir: Path) -> dict:
     write_trace(trace, reqs)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    base = (declared_specs(sc.deployment.kind, cfg, model_dir) if cfg.engines is not None
-            else placement.engines(model_dir, cfg.port_base))
-    specs = [dataclasses.replace(s, served_name=cfg.served_model_name) for s in base]
+    specs = engine_specs(sc, model_dir)
     if cfg.attach is not None:
         placement, specs = attached(sc.deployment.kind, placement, specs, cfg)
         engines = AttachedEngines(specs, logs, {n: a.kv_side_channel for n, a in cfg.attach.items()})
@@ -84,6 +82,15 @@ def run_live(sc, run_dir: Path) -> dict:
                         extra={"ray_wan": wan} if wan else None)
 
 
+def engine_specs(sc, model_dir: str) -> list[EngineSpec]:
+    """The deployment's engines by role, serving the scenario's model name: those declared in
+    live.engines, else the fixed layout (placement.py); attach mode takes the fixed roles."""
+    cfg: LiveConfig = sc.live
+    base = (declared_specs(sc.deployment.kind, cfg, model_dir) if cfg.engines is not None and cfg.attach is None
+            else PLACEMENTS[sc.deployment.kind].engines(model_dir, cfg.port_base))
+    return [dataclasses.replace(s, served_name=cfg.served_model_name) for s in base]
+
+
 def attached(kind: str, placement: Placement, specs: list[EngineSpec], cfg: LiveConfig) -> tuple[Placement, list[EngineSpec]]:
     """The placement and engines of attach mode: the roles the kind needs, at the attached URLs,
     the front and client on this host (no pddbench namespaces, no emulated WAN)."""
@@ -94,7 +101,7 @@ def attached(kind: str, placement: Placement, specs: list[EngineSpec], cfg: Live
     out = []
     for s in specs:
         url = urlsplit(cfg.attach[s.name].url)
-        out.append(dataclasses.replace(s, host=url.hostname, port=url.port or (443 if url.scheme == "https" else 80),
+        out.append(dataclasses.replace(s, host=url.hostname, port=url.port or 80,  # plain HTTP only (the schema)
                                        netns=None, cpu=None, preload=[]))
     return dataclasses.replace(placement, cross_dc=False), out
 
@@ -122,10 +129,7 @@ def check_attached_engines(sc) -> None:
     cfg: LiveConfig = sc.live
     if cfg.attach is None:
         return
-    placement = PLACEMENTS[sc.deployment.kind]
-    specs = [dataclasses.replace(s, served_name=cfg.served_model_name)
-             for s in placement.engines(cfg.model_dir, cfg.port_base)]
-    _, specs = attached(sc.deployment.kind, placement, specs, cfg)
+    _, specs = attached(sc.deployment.kind, PLACEMENTS[sc.deployment.kind], engine_specs(sc, cfg.model_dir), cfg)
     with tempfile.TemporaryDirectory(prefix="pddbench-attach-") as tmp:
         with AttachedEngines(specs, Path(tmp), {n: a.kv_side_channel for n, a in cfg.attach.items()}):
             pass

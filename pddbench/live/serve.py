@@ -62,9 +62,7 @@ def check_bind(host: str) -> None:
 
 def prepare(front: str, scenario, overrides: list[str], inventory: Path | None):
     """The checked scenario (live.attach set to the engines served) and the engines' specs."""
-    import dataclasses
-
-    from pddbench.live.deploy import attached, check_attached_engines
+    from pddbench.live.deploy import attached, check_attached_engines, engine_specs
     from pddbench.live.placement import PLACEMENTS
     from pddbench.schema.scenario import load_scenario
 
@@ -82,10 +80,7 @@ def prepare(front: str, scenario, overrides: list[str], inventory: Path | None):
                         "enough): the router's KV bytes per token come from it")
     sc = sc.model_copy(update={"live": sc.live.model_copy(update={"attach": engines})})
     check_attached_engines(sc)  # roles, health, served model, side channels: refused before listening
-    placement = PLACEMENTS[kind]
-    specs = [dataclasses.replace(s, served_name=sc.live.served_model_name)
-             for s in placement.engines(sc.live.model_dir, sc.live.port_base)]
-    return sc, attached(kind, placement, specs, sc.live)[1]
+    return sc, attached(kind, PLACEMENTS[kind], engine_specs(sc, sc.live.model_dir), sc.live)[1]
 
 
 def build_app(front: str, sc, specs, warm_up: bool):

@@ -433,7 +433,7 @@ def sizes_section(sizes: dict | None) -> tuple[str, str, list]:
     """Whether other instance sizes change the best-vs-best throughput sign (full only)."""
     text = (sizes["words"] + " Details: sizes/<deployment>/optimize.json." if sizes else
             "Not searched in the light run: the ledger's best splits use 8-chip instances. `pddbench reproduce "
-            "--full` searches sizes 4-16 (169 s with -j 2 on a 2-core Xeon), as does `pddbench optimize --prune --rank "
+            "--full` searches sizes 4-16 (a few minutes on 2 cores), as does `pddbench optimize --prune --rank "
             "pools --sizes 4-16`.")
     return ("Other instance sizes", text, [])
 

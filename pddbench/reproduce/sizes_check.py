@@ -19,12 +19,6 @@ SIZES = list(range(4, 17))
 MAX_SIMULATIONS = {"same-dc-pd": 40, "pdd": 16}  # after the pool stage; the rest is stated as unsettled
 
 
-def ceiling(result: dict) -> float:
-    """The most the deployment's best split could deliver by the search's own rules (over every
-    split, not only those optimize.json lists)."""
-    return result["search"]["ceiling_rps"]
-
-
 def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int,
            on_stage: Callable[[str], None] | None = None) -> dict:
     """Both deployments' pruned size searches and what they say about the sign."""
@@ -46,7 +40,8 @@ def compare(same: dict, pdd: dict) -> dict:
     open (PDD up to its ceiling, the baseline at least its best found), the sign where the range
     allows only one, and the words."""
     same_rps, pdd_rps = same["best"]["throughput_within_sla_rps"], pdd["best"]["throughput_within_sla_rps"]
-    pdd_most, same_most = ceiling(pdd), ceiling(same)
+    # the most each best split could deliver by its search's rules (optimize_pruned's ceiling_rps)
+    pdd_most, same_most = pdd["search"]["ceiling_rps"], same["search"]["ceiling_rps"]
     pct = lambda a, b: round(100 * (a / b - 1), 2) if b else None
     found, most, least = pct(pdd_rps, same_rps), pct(pdd_most, same_rps), pct(pdd_rps, same_most)
     sign = "loss" if most is not None and most < 0 else "gain" if least is not None and least > 0 else None

@@ -368,12 +368,16 @@ def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], exec
     def est(i: int) -> float | None:
         return rows[i]["estimate"]["rps"] if pools else None
 
+    def rank_rps(i: int) -> float:
+        """What orders the search: the estimate where there is one, else the bound."""
+        return rows[i]["bound"]["bound_rps"] if est(i) is None else est(i)
+
     def reach(i: int) -> float:
         """The most split i could deliver by what is known now."""
         b = rows[i]["bound"]["bound_rps"]
         return b if est(i) is None else min(b, est(i) * (1 + under))
 
-    order = sorted(range(len(rows)), key=lambda i: (-(est(i) if est(i) is not None else rows[i]["bound"]["bound_rps"]), i))
+    order = sorted(range(len(rows)), key=lambda i: (-rank_rps(i), i))
     best, done = 0.0, []
     floor = lambda: (1 - sb.MARGIN) * best
     while len(done) < max_simulations:
@@ -384,7 +388,7 @@ def optimize_pruned(sc: Scenario, budget: dict[str, int], sizes: list[int], exec
         batch = left[:min(PRUNE_BATCH, max_simulations - len(done))]
         if not batch:
             break
-        ranks = ", ".join(f"{est(i) if est(i) is not None else rows[i]['bound']['bound_rps']:.3g}" for i in batch)
+        ranks = ", ".join(f"{rank_rps(i):.3g}" for i in batch)
         on_stage and on_stage(f"{'estimated' if pools else 'bounded'} search: simulating {len(batch)} splits "
                               f"({ranks} req/s; best so far {best:.3g})")
         for i, cap in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations)):

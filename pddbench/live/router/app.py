@@ -112,11 +112,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
-        _tell(request, 400, Trip())
+        _tell(request, 400, REJECTED)
         return web.json_response({"error": {"message": f"body is not JSON: {exc}"}}, status=400)
     prompt = body.get("prompt")
     if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
-        _tell(request, 400, Trip())
+        _tell(request, 400, REJECTED)
         return web.json_response({"error": {"message": "the PDD router takes prompts as a list of token ids"}}, status=400)
     reply, sink, trip = _Reply(request, body), asyncio.Queue(), Trip()
     work = asyncio.create_task(router.serve(body, sink, trip))
@@ -125,21 +125,24 @@ async def completions(request: web.Request) -> web.StreamResponse:
         work.result()
     except (UpstreamError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         out = await reply.error(exc)
-        _tell(request, 502 if out.status == 200 else out.status, trip)  # a stream ended by an error is no success
+        _tell(request, 502 if out.status == 200 else out.status, trip.as_pdd())  # a stream ended by an error is no success
         return out
     finally:
         if not work.done():
             work.cancel()
     out = await reply.done(trip)
-    _tell(request, out.status, trip)
+    _tell(request, out.status, trip.as_pdd())
     return out
 
 
-def _tell(request: web.Request, status: int, trip: Trip) -> None:
+def _tell(request: web.Request, status: int, account: dict) -> None:
     """The request's account to the service around the router (`pddbench serve`), if any."""
     on_account = request.app.get(ON_ACCOUNT)
     if on_account is not None:
-        on_account(status, trip.as_pdd())
+        on_account(status, account)
+
+
+REJECTED = {"pipeline": "none"}  # refused before any pipeline was chosen (bad JSON, not token ids)
 
 
 async def models(request: web.Request) -> web.Response:
