@@ -44,7 +44,10 @@ def hosts():
     if _ray_processes():
         pytest.skip("another Ray runtime runs on this machine")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_USAGE_STATS_ENABLED": "0"}
+    # token auth on every node alike: once ~/.ray/auth_token exists (any earlier `ray start` made
+    # it), a head enables it and a worker without RAY_AUTH_MODE=token cannot join
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_USAGE_STATS_ENABLED": "0",
+                                                                         "RAY_AUTH_MODE": "token"}
     a, b = f"rwa-{os.getpid()}", f"rwb-{os.getpid()}"
     gcs = free_port()
     for n in (a, b):
