@@ -180,6 +180,9 @@ def optimize_cmd(
                              "loose: about 2x the paper trace's capacity); 'pools' by each role's capacity measured "
                              "alone per size (one capacity search per role and size first), pruning by that estimate "
                              "widened by the largest underestimate seen, and by the bound."),
+    max_hours: float = typer.Option(limits.MAX_WORK_HOURS, "--max-hours", min=0.001,
+                                    help="Refuse work estimated at more hours of simulation on one core than this "
+                                    "(estimated before any folder or process)."),
 ) -> None:
     """Find the instance split with the highest throughput within SLA at an equal chip budget."""
     from pddbench.sweep.optimize import parse_sizes, run_optimize
@@ -187,7 +190,7 @@ def optimize_cmd(
     result, folder = run_optimize(scenario, set_, budget, parse_sizes(sizes), out, results, jobs, iterations,
                                   coarse_requests or None, refine_top,
                                   on_stage=lambda msg: console.print(f"  {msg}", highlight=False),
-                                  max_splits=max_splits, prune=prune, rank=rank)
+                                  max_splits=max_splits, prune=prune, rank=rank, max_hours=max_hours)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -220,6 +223,9 @@ def crossovers_cmd(
                                            "values of Y, bisect the throughput crossover along X (frontier.png)."),
     frontier_points: int = typer.Option(3, "--frontier-points", min=1, max=20, help="Values of the frontier's Y axis "
                                         "(its ends and evenly between, geometric on a log axis)."),
+    max_hours: float = typer.Option(limits.MAX_WORK_HOURS, "--max-hours", min=0.001,
+                                    help="Refuse work estimated at more hours of simulation on one core than this "
+                                    "(estimated before any folder or process)."),
 ) -> None:
     """Where PDD's advantage over same-DC PD changes sign: along each assumption the article leaves
     open (the others at their shipped values), bisect the throughput-within-SLA and BCR change
@@ -231,7 +237,7 @@ def crossovers_cmd(
 
     result, folder = run_crossovers(axes, steps, requests, iterations, jobs or None, "" if ray else None, out, results,
                                     max_searches, on_stage=lambda m: console.print(f"  {m}", highlight=False),
-                                    frontier_text=frontier, frontier_points=frontier_points)
+                                    frontier_text=frontier, frontier_points=frontier_points, max_hours=max_hours)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -256,12 +262,16 @@ def designs_cmd(
                                         "this assumption, set on every design alike (e.g. network.wan.rate_gbps=1..400, "
                                         "sla.tpot_ms=40..400, model.kv_bytes_per_token=2000..100000): every design's "
                                         "best split at each probe, seed 0; designs_along.png."),
-    points: int = typer.Option(3, "--points", min=2, max=20, help="--along: grid probes (both ends and evenly "
-                               "between; geometric where HI/LO >= 10) before bisecting."),
-    steps: int = typer.Option(3, "--steps", min=0, max=10, help="--along: bisection steps in each bracket where "
-                              "the winner changes."),
+    points: Optional[int] = typer.Option(None, "--points", min=2, max=20, help="--along: grid probes (both ends "
+                                         "and evenly between; geometric where HI/LO >= 10) before bisecting "
+                                         "(default 3)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=0, max=10, help="--along: bisection steps in each "
+                                        "bracket where the winner changes (default 3)."),
     max_searches: int = typer.Option(limits.MAX_CROSSOVER_SEARCHES, "--max-searches", min=1,
                                      help="Refuse a run estimated to need more capacity searches than this."),
+    max_hours: float = typer.Option(limits.MAX_WORK_HOURS, "--max-hours", min=0.001,
+                                    help="Refuse work estimated at more hours of simulation on one core than this "
+                                    "(estimated before any folder or process)."),
 ) -> None:
     """Several serving designs (e.g. same-DC PD, naive cross-DC PD, PDD, PrfaaS) on one trace and one
     chip budget, each at its best split (`optimize` on seed 0, every split of the spec's sizes on
@@ -271,9 +281,14 @@ def designs_cmd(
     must see the same workload and SLA. Writes designs.json, designs.md and designs.png."""
     from pddbench.reproduce.designs import run_designs
 
+    if along is None and (points is not None or steps is not None):
+        given = " ".join(f"{o} {v}" for o, v in (("--points", points), ("--steps", steps)) if v is not None)
+        raise UserError(f"{given}: shapes the --along search; give --along PATH=LO..HI too (e.g. "
+                        "network.wan.rate_gbps=1..400), or leave it out")
     result, folder = run_designs(spec, jobs or None, "" if ray else None, out, results,
                                  on_stage=lambda m: console.print(f"  {m}", highlight=False, markup=False),
-                                 along=along, points=points, steps=steps, max_searches=max_searches)
+                                 along=along, points=3 if points is None else points, steps=3 if steps is None else steps,
+                                 max_searches=max_searches, max_hours=max_hours)
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -301,6 +316,9 @@ def sweep_cmd(
     max_points: int = typer.Option(limits.MAX_SWEEP_POINTS, "--max-points", min=1,
                                    help="Refuse a sweep of more points (axes product x repeats, counted before "
                                    "any is built) than this."),
+    max_hours: float = typer.Option(limits.MAX_WORK_HOURS, "--max-hours", min=0.001,
+                                    help="Refuse work estimated at more hours of simulation on one core than this "
+                                    "(estimated before any folder or process)."),
 ) -> None:
     """Run a scenario over a grid of settings: every point is validated first, then simulated
     (`measure: run`) or capacity-searched (`measure: capacity`) on a process pool or Ray. Writes
@@ -312,7 +330,8 @@ def sweep_cmd(
         raise UserError(f"'{address}': a second argument is a Ray address and needs --ray")
     if out is not None and resume is not None:
         raise UserError("--out and --resume: give one (--resume writes into the earlier sweep's folder)")
-    folder = run_sweep(sweep_file, out, resume, jobs or None, (address or "") if ray else None, results, max_points)
+    folder = run_sweep(sweep_file, out, resume, jobs or None, (address or "") if ray else None, results, max_points,
+                       max_hours=max_hours)
     console.print(f"[green]wrote[/] {folder} (points.parquet, summary.md)")
 
 
@@ -761,6 +780,8 @@ def main(argv: list[str] | None = None) -> None:
 
     global _PROCESS_ENTRY
     _PROCESS_ENTRY = argv is None  # the process's own entry point, not a caller's main([...])
+    if _PROCESS_ENTRY:
+        _terminate_as_interrupt()
     try:
         _check_std_streams()
         args = sys.argv[1:] if argv is None else list(argv)
@@ -793,6 +814,28 @@ def main(argv: list[str] | None = None) -> None:
 
 INTERNAL_ERROR = 3
 _PROCESS_ENTRY = False
+_TERMINATED: list[int] = []  # a SIGTERM arrived: the interrupt's exit status is 143, not 130
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (a supervisor's, `timeout`'s, `kill`'s) unwinds like Ctrl-C: a claimed run folder
+    is removed or marked interrupted, engines and delay lines are stopped; exit 143. Without
+    this the process died at once and left a claimed, half-written folder. Only in this process:
+    a child forked without exec (a worker) dies of it as usual."""
+    import os
+    import signal
+
+    owner = os.getpid()
+
+    def handler(*_args) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        _TERMINATED.append(signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _outcome_decided() -> None:
@@ -804,6 +847,7 @@ def _outcome_decided() -> None:
 
     if _PROCESS_ENTRY:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _late_interrupt() -> str:
@@ -898,12 +942,15 @@ def _interrupted(text: str) -> None:
     an "unhandled" KeyboardInterrupt and, though it was caught, ends the process by SIGINT (-2)."""
     import os
 
+    code = 143 if _TERMINATED else 130
+    if _TERMINATED:
+        text = text.replace("interrupted", "terminated (SIGTERM)", 1)
     try:
-        _one_line(text, 130, color="yellow", prefix="")
+        _one_line(text, code, color="yellow", prefix="")
     except SystemExit:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(code)
 
 
 def _one_line(text: str, code: int, color: str = "bold red", prefix: str = "error: ") -> None:

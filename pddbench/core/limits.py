@@ -22,6 +22,8 @@ MAX_OPTIMIZE_SIZES = 64          # distinct --sizes of `optimize` (chips per ins
 MAX_SYNTH_REQUESTS = 1_000_000   # `trace synth --requests` (`trace synth --max-requests`)
 MAX_CAPACITY_ITERATIONS = 20     # k-section steps: 2**-20 of the bracket is below any useful resolution
 MAX_PROBES_PER_ROUND = 64        # rates probed at once by `capacity --probes-per-round`
+MAX_WORK_HOURS = 12.0            # estimated simulation on one core of `designs`, `crossovers`, `optimize`, `sweep`
+                                 # (`--max-hours`): a count within its limit can still be days of work
 
 # Rough costs, measured (Dec 2026, loaded 2-core host, pure-Python build):
 SIM_S_PER_REQUEST = 3e-4         # simulating one request, summary included (paper/pdd, 1,000-10,000 requests)
@@ -99,5 +101,29 @@ def check_size(what: str, n: int, limit: int, per_item_s: float | None, override
                work: str = "", unit: str = "", error: Callable[[str], Exception] = UserError) -> None:
     """Raise `error(message)` (a UserError: one line, exit 2) when `n` is past `limit`."""
     msg = size_refusal(what, n, limit, per_item_s, override, work, unit)
+    if msg is not None:
+        raise error(msg)
+
+
+def work_refusal(what: str, seconds: float, max_hours: float, how: str = "") -> str | None:
+    """The one-line refusal for work estimated at `seconds` (one core) past `max_hours`, or None
+    within it: "{what}: ~T of simulation on one core, more than the limit of H h; to run it
+    anyway, give --max-hours N{how}"."""
+    if not math.isnan(seconds) and seconds <= max_hours * 3600:
+        return None
+    need = seconds / 3600
+    give = f"--max-hours {_hours(need)}" if math.isfinite(need) and need < 1e9 else "fewer or smaller items"
+    return (f"{what}: {duration(seconds) if math.isfinite(seconds) else 'more than can ever finish'} of simulation "
+            f"on one core, more than the limit of {max_hours:g} h; to run it anyway, give {give}{how}")
+
+
+def _hours(h: float) -> str:
+    return f"{math.ceil(h)}" if h >= 1 else f"{math.ceil(h * 100) / 100:g}"
+
+
+def check_work(what: str, seconds: float, max_hours: float, how: str = "",
+               error: Callable[[str], Exception] = UserError) -> None:
+    """Raise `error(message)` (one line, exit 2) when the estimated work is past `max_hours`."""
+    msg = work_refusal(what, seconds, max_hours, how)
     if msg is not None:
         raise error(msg)

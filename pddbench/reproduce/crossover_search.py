@@ -223,12 +223,12 @@ def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
 
 def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, jobs: int | None, ray: str | None,
                    out, results, max_searches: int, on_stage: Callable[[str], None] | None = None,
-                   frontier_text: str | None = None, frontier_points: int = 3):
+                   frontier_text: str | None = None, frontier_points: int = 3, max_hours: float = math.inf):
     """`pddbench crossovers`: sizes checked and estimated first, then the search into `out` or a
     new RESULTS/crossovers/<run-id>/: crossovers.json, crossovers.png, crossovers.md, and with
     `frontier_text` ("X,Y") the 2-D frontier (frontier.png)."""
     from pddbench.core.io import check_out_options, run_folder, write_json, write_text
-    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
+    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, check_work, duration
     from pddbench.core.provenance import provenance
     from pddbench.reproduce.crossover_figure import crossover_figure, frontier_figure
     from pddbench.core.ray_cluster import check_ray_option
@@ -243,6 +243,8 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
                "give --max-searches N (or fewer --axes, fewer --steps)",
                f"a capacity search of ~{capacity_probes(iterations)} probes on {requests:,} requests",
                unit=" capacity searches")
+    check_work(f"--axes {','.join(axes)}: about {n:,} capacity searches of ~{capacity_probes(iterations)} probes on "
+               f"{requests:,} requests", n * per_search, max_hours, " (or fewer --requests, --axes, --steps)")
     check_ray_option(ray)
     say = on_stage or (lambda _m: None)
     say(f"about {n} capacity searches: {duration(n * per_search)} of simulation on one core")

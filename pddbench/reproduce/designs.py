@@ -49,8 +49,8 @@ class DesignEntry(_Strict):
 class ClaimEntry(_Strict):
     id: str = Field(pattern=r"^[a-z0-9_]+$")
     figure: str
-    article: float
-    tolerance: float = Field(10.0, ge=0)
+    article: float = Field(allow_inf_nan=False, description="the paper's figure: a finite % change")
+    tolerance: float = Field(10.0, ge=0, allow_inf_nan=False)
     metric: Literal[tuple(METRICS)]  # type: ignore[valid-type]
     design: str
     against: str
@@ -99,7 +99,11 @@ def load_spec(path: Path, overrides: dict | None = None) -> tuple[DesignsSpec, d
     for i, c in enumerate(spec.claims):
         for side in ("design", "against"):
             if getattr(c, side) not in spec.designs:
-                raise error(("claims", i, side), f"'{getattr(c, side)}' is not among the designs")
+                raise error(("claims", i, side), f"'{getattr(c, side)}' is not among the designs "
+                            f"({', '.join(spec.designs)})")
+        if c.design == c.against:
+            raise error(("claims", i, "against"), f"claim {c.id} compares design '{c.design}' with itself (a change "
+                        f"of 0 % by construction); name another design ({', '.join(d for d in spec.designs if d != c.design)})")
     ids = [c.id for c in spec.claims]
     if len(set(ids)) < len(ids):
         raise error(("claims",), f"claim id '{next(i for i in ids if ids.count(i) > 1)}' is given twice")
@@ -237,13 +241,14 @@ def _vs(value, ref_value, name: str, ref: str) -> str:
 
 def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | None, results: Path,
                 on_stage: Callable[[str], None] | None = None, along: str | None = None, points: int = 3,
-                steps: int = 3, max_searches: int = 2000, overrides: dict | None = None) -> tuple[dict, Path]:
+                steps: int = 3, max_searches: int = 2000, overrides: dict | None = None,
+                max_hours: float = math.inf) -> tuple[dict, Path]:
     """`pddbench designs`: the spec checked and its size estimated first, then into `out` or a new
     RESULTS/designs/<run-id>/: designs.json, designs.md, designs.png; with `along` ("PATH=LO..HI")
     where each design wins along that assumption (designs_along.py): designs_along.png."""
     from pddbench.reproduce import designs_along as da
     from pddbench.core.io import check_out_options, run_folder, write_json, write_text
-    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, duration
+    from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, check_work, duration
     from pddbench.core.provenance import provenance
     from pddbench.core.ray_cluster import check_ray_option
     from pddbench.reproduce.designs_figure import designs_figure
@@ -255,7 +260,11 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
     axis = da.parse_along(along) if along else None
     spec, scenarios = load_spec(spec_path, overrides)
     budgets = {n: spec.designs[n].budget or spec.budget for n in spec.designs}
-    splits = {n: check_split_count(sc, _budget_for(sc, budgets[n], spec_path, n), spec.sizes)
+    names = {"sizes": f"{spec_path}: sizes", "raise": "give --max-searches N (or fewer sizes, a smaller budget in "
+             "the spec)"}
+    splits = {n: check_split_count(sc, _budget_for(sc, budgets[n], spec_path, n), spec.sizes, max_searches,
+                                   names={**names, "budget": f"{spec_path}: designs.{n}.budget"
+                                          if spec.designs[n].budget else f"{spec_path}: budget"})
               for n, sc in scenarios.items()}
     per_search = capacity_probes(spec.iterations) * spec.requests * SIM_S_PER_REQUEST
     searches = sum(splits.values()) + len(spec.designs) * spec.seeds
@@ -263,17 +272,21 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
         for sc in scenarios.values():  # a bad path or value is refused before the folder
             da.with_value(sc, axis[0], axis[1]), da.with_value(sc, axis[0], axis[2])
         searches += da.estimated_searches(splits, points, steps)
+
     check_size(f"{len(spec.designs)} designs ({sum(splits.values())} candidate splits), {spec.seeds} seeds"
                + (f", --along with --points {points} --steps {steps}," if axis else "") + " need at most",
                searches, max_searches, per_search, "give --max-searches N (or fewer designs, sizes, --points, --steps)",
                f"a capacity search of ~{capacity_probes(spec.iterations)} probes on {spec.requests:,} requests",
                unit=" capacity searches")
+    check_work(f"{len(spec.designs)} designs, {searches:,} capacity searches of ~{capacity_probes(spec.iterations)} "
+               f"probes on {spec.requests:,} requests, {spec.seeds} seeds", searches * per_search, max_hours,
+               " (or fewer requests, seeds, designs or sizes)")
     check_ray_option(ray)
     say = on_stage or (lambda _m: None)
     say(f"{len(spec.designs)} designs, {sum(splits.values())} candidate splits, {spec.seeds} seeds: about "
         f"{duration(searches * per_search)} of simulation on one core")
     with run_folder(out, results, "designs") as folder, make_executor(jobs, ray) as ex:
-        best = _best_splits(spec, scenarios, budgets, ex, say)
+        best = _best_splits(spec, scenarios, budgets, ex, say, splits)
         # Ctrl-C from here keeps the best splits found (the long part on large budgets)
         write_json(folder.path / "designs.json", {"name": spec.name, "complete": False, "interrupted": True,
                                                    "best_splits": {n: b["best"] for n, b in best.items()}})
@@ -321,14 +334,16 @@ def _budget_for(sc, budget: dict[str, int], spec_path: Path, name: str) -> dict[
     return budget
 
 
-def _best_splits(spec: DesignsSpec, scenarios: dict, budgets: dict, ex, say) -> dict[str, dict]:
+def _best_splits(spec: DesignsSpec, scenarios: dict, budgets: dict, ex, say,
+                 max_splits: dict[str, int]) -> dict[str, dict]:
     from pddbench.sweep.optimize import optimize
 
     out = {}
     for name, sc in scenarios.items():
         say(f"{name}: best split of {', '.join(f'{k}={v}' for k, v in budgets[name].items())} "
             f"(seed 0, {spec.requests:,} requests)")
-        out[name] = optimize(sc, budgets[name], spec.sizes, ex, spec.iterations, spec.requests, None, 3)
+        out[name] = optimize(sc, budgets[name], spec.sizes, ex, spec.iterations, spec.requests, None, 3,
+                             max_splits=max_splits[name])
         say(f"{name}: best {out[name]['best']['label']} "
             f"{out[name]['best']['throughput_within_sla_rps']:.3g} req/s")
     return out

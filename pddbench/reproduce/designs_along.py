@@ -29,8 +29,18 @@ def parse_along(text: str) -> tuple[str, float, float]:
     except ValueError:
         lo = hi = math.nan
     if not sep or not dots or not path.strip() or not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        raise UserError(f"--along {text}: give PATH=LO..HI with finite LO < HI, e.g. network.wan.rate_gbps=1..400")
+        why = ("LO must be below HI" if sep and dots and path.strip() and math.isfinite(lo) and math.isfinite(hi)
+               else "give PATH=LO..HI with finite LO < HI")
+        raise UserError(f"--along {text}: {why}, e.g. network.wan.rate_gbps=1..400")
+    keys = path.strip().split(".")
+    if keys[0] == "deployment" and keys[-1] in SEARCHED:
+        raise UserError(f"--along {text}: {path.strip()} is what the best-split search chooses at every probe "
+                        f"(each pool's {' and '.join(SEARCHED)}), so it cannot be an assumption to vary; give "
+                        "another field, e.g. network.wan.rate_gbps=1..400 or sla.tpot_ms=40..400")
     return path.strip(), lo, hi
+
+
+SEARCHED = ("instances", "chips_per_instance")  # a pool's fields the best-split search sets (with_split)
 
 
 def is_log(lo: float, hi: float) -> bool:

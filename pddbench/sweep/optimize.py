@@ -20,8 +20,9 @@ import math
 from typing import Callable
 
 from pddbench.core.errors import UserError
-from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_OPTIMIZE_SIZES, MAX_OPTIMIZE_SPLITS, SIM_S_PER_REQUEST,
-                             capacity_probes, check_size, duration, nominal_requests)
+from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_OPTIMIZE_SIZES, MAX_OPTIMIZE_SPLITS, MAX_WORK_HOURS,
+                             SIM_S_PER_REQUEST,
+                             capacity_probes, check_size, check_work, duration, nominal_requests)
 from pddbench.schema.scenario import ROLES_OF_KIND, Scenario
 from pddbench.sweep.executors import Executor, results_in_order
 from pddbench.sweep.payload import make_payload, ship_scenario
@@ -45,8 +46,12 @@ def parse_sizes(text: str) -> list[int]:
             sizes += list(range(int(lo), int(hi) + 1)) if hi else [int(x)]
     except ValueError:
         raise UserError(f"--sizes {text}: expected whole numbers or ranges, e.g. 7,8 or 4-16") from None
+    for x in parts:
+        lo, _, hi = x.partition("-")
+        if hi and int(hi) < int(lo):
+            raise UserError(f"--sizes {text}: the range {x} runs backwards; write it low to high, e.g. {hi}-{lo}")
     if not sizes or min(sizes) < 1:
-        raise UserError(f"--sizes {text}: expected chips per instance of at least 1")
+        raise UserError(f"--sizes {text}: expected chips per instance of at least 1, e.g. 7,8 or 4-16")
     if max(sizes) > MAX_CHIPS_PER_INSTANCE:
         raise UserError(f"--sizes {text}: {max(sizes)} chips per instance is more than a pool allows "
                         f"({MAX_CHIPS_PER_INSTANCE})")
@@ -59,6 +64,9 @@ def parse_budget(text: str, sc: Scenario) -> dict[str, int]:
     Each chip the pools use once, with a whole number of at least 1; a chip named twice or not used
     by the scenario's pools is refused, naming it."""
     chips = {p.chip for p in sc.deployment.pools().values() if p is not None}
+    if not chips:
+        raise UserError(f"--budget {text}: the scenario's deployment ({sc.deployment.kind}) states no pools with "
+                        "chips to split; give a simulated scenario (runtime: sim) whose pools name their chip")
     out: dict[str, int] = {}
     parts = [x.strip() for x in text.split(",") if x.strip()]
     if not parts:
@@ -151,7 +159,11 @@ def _groups(sc: Scenario) -> list[tuple[str, list[str]]]:
     return sorted(by_chip.items())
 
 
-def sizes_that_fit(sc: Scenario, sizes: list[int]) -> dict[str, list[int]]:
+OPTIMIZE_NAMES = {"budget": "--budget", "sizes": "--sizes",
+                  "raise": "give --max-splits N (or fewer --sizes, a smaller budget)"}  # what optimize's user typed
+
+
+def sizes_that_fit(sc: Scenario, sizes: list[int], sizes_name: str = "--sizes") -> dict[str, list[int]]:
     """Per role, the instance sizes whose memory holds the model's weights (a smaller instance
     cannot run at all, so it is no candidate); refused when none of `sizes` does for a role."""
     from pddbench.sim.cluster import kv_capacity_tokens
@@ -169,18 +181,19 @@ def sizes_that_fit(sc: Scenario, sizes: list[int]) -> dict[str, list[int]]:
         if not fit:
             chip = sc.chips[pool.chip]
             need = sc.model.params_total_b * sc.model.weight_bytes_per_param / (chip.memory_gb * pool.kv_memory_fraction)
-            raise UserError(f"no size in --sizes {','.join(map(str, sorted(set(sizes))))} holds the model's weights on "
+            raise UserError(f"no size in {sizes_name} {','.join(map(str, sorted(set(sizes))))} holds the model's weights on "
                             f"deployment.{role} ({pool.chip}, {chip.memory_gb:g} GB each): give a size above "
                             f"{need:.1f} chips per instance")
         out[role] = fit
     return out
 
 
-def count_splits(sc: Scenario, budget: dict[str, int], sizes: list[int], cap: int) -> tuple[int, bool]:
+def count_splits(sc: Scenario, budget: dict[str, int], sizes: list[int], cap: int,
+                 sizes_name: str = "--sizes") -> tuple[int, bool]:
     """The number of candidate splits (the product over chip kinds of each kind's maximal splits),
     counted arithmetically, and whether it is exact: three or more roles on one chip kind are
     counted only until they pass `cap` (then the number is a lower bound, already past it)."""
-    fits = sizes_that_fit(sc, sizes)
+    fits = sizes_that_fit(sc, sizes, sizes_name)
     total, exact = 1, True
     for chip, roles in _groups(sc):
         group = 0
@@ -233,17 +246,19 @@ def _group(roles: list[str], budget: int, fits: dict[str, list[int]]) -> list[di
 
 
 def check_split_count(sc: Scenario, budget: dict[str, int], sizes: list[int], max_splits: int = MAX_CANDIDATES,
-                      per_split_s: float | None = None, work: str = "") -> int:
+                      per_split_s: float | None = None, work: str = "", names: dict | None = None) -> int:
     """The number of candidate splits, counted arithmetically; refused when none fits or when past
-    `max_splits` (with the estimate `per_split_s` each, when given)."""
-    n, exact = count_splits(sc, budget, sizes, max_splits)
+    `max_splits` (with the estimate `per_split_s` each, when given). `names`: what the user typed
+    for the budget and sizes and how to raise the limit (optimize's options by default; a designs
+    spec's fields and its own option there)."""
+    names = names or OPTIMIZE_NAMES
+    n, exact = count_splits(sc, budget, sizes, max_splits, names["sizes"])
     if n == 0:
         raise UserError(f"no split fits the budget {budget} with chips per instance {sizes} "
                         f"(every pool of {sc.deployment.kind} needs at least one instance)")
-    check_size(f"--budget {','.join(f'{c}={b}' for c, b in sorted(budget.items()))} with --sizes "
+    check_size(f"{names['budget']} {','.join(f'{c}={b}' for c, b in sorted(budget.items()))} with {names['sizes']} "
                f"{','.join(map(str, sorted(set(sizes))))} gives{'' if exact else ' at least'}", n, max_splits,
-               per_split_s,
-               "give --max-splits N (or fewer --sizes, a smaller budget)", work, unit=" candidate splits")
+               per_split_s, names["raise"], work, unit=" candidate splits")
     return n
 
 
@@ -441,7 +456,7 @@ MAX_LISTED = 500  # optimize.json lists every simulated split and at most this m
 def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], out, results, jobs: int = 1,
                  iterations: int = 7, coarse_requests: int | None = None, refine_top: int = 3,
                  on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES, prune: bool = False,
-                 rank: str = "bound"):
+                 rank: str = "bound", max_hours: float = MAX_WORK_HOURS):
     """Write optimize.json and optimize.png into `out` or a new RESULTS/<name>-optimize/<run-id>/.
     The budget is parsed and its splits counted (refused past `max_splits`, with an estimate)
     before the workload is generated or any folder claimed."""
@@ -455,8 +470,10 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
 
     check_out_options(out, results)
     sc = load_scenario(scenario, overrides)
-    if sc.deployment is None or sc.deployment.kind not in ROLES_OF_KIND:
-        raise UserError(f"{scenario}: optimize needs a simulated deployment ({', '.join(ROLES_OF_KIND)})")
+    if sc.deployment is None or sc.deployment.kind not in ROLES_OF_KIND or sc.runtime != "sim":
+        raise UserError(f"{scenario}: optimize needs a simulated deployment (runtime: sim; deployment.kind "
+                        f"{', '.join(ROLES_OF_KIND)}), not " + (f"runtime: {sc.runtime}" if sc.runtime != "sim" else
+                        f"deployment.kind {sc.deployment.kind if sc.deployment else 'unset'}"))
     chips = parse_budget(budget, sc)
     stated = nominal_requests(sc.workload.model_dump(mode="json")) or DEFAULT_REQUESTS
     measured = min(coarse_requests, stated) if coarse_requests else stated
@@ -474,11 +491,18 @@ def run_optimize(scenario, overrides: list[str], budget: str, sizes: list[int], 
         if not can_bound(sc):
             raise UserError(f"{scenario}: --prune needs latency.kind roofline (its bounds come from the roofline model)")
         n_splits = check_split_count(sc, chips, sizes, MAX_ENUMERATED, None, "")
+        check_work(f"--prune simulating up to {min(n_splits, max_splits):,} of {n_splits:,} candidate splits "
+                   f"(~{probes} probes on ~{measured:,} requests each)", min(n_splits, max_splits) * per_split,
+                   max_hours, " (or --max-splits fewer, fewer requests)")
         on_stage and on_stage(f"{n_splits} candidate splits bounded analytically; at most {max_splits} simulated "
                               f"({duration(per_split)} each on one core)")
     else:
         n_splits = check_split_count(sc, chips, sizes, max_splits, per_split,
                                      f"a capacity search of ~{probes} probes on ~{measured:,} requests")
+        total = n_splits * per_split + (min(refine_top, n_splits) * probes * stated * SIM_S_PER_REQUEST
+                                        if coarse_requests else 0)
+        check_work(f"{n_splits:,} candidate splits (~{probes} probes on ~{measured:,} requests each)", total,
+                   max_hours, " (or fewer --sizes, --coarse-requests, fewer requests)")
         on_stage and on_stage(f"{n_splits} candidate splits: {duration(n_splits * per_split)} of simulation on one "
                               f"core (~{probes} probes on ~{measured:,} requests each)")
     check_capacity_workload(sc, str(scenario))

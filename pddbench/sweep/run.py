@@ -132,16 +132,23 @@ def _sweep_json(sweep: Sweep, folder: Path, state: str, executor: dict, counts: 
 
 
 def run_sweep(sweep_file: Path, out: Path | None = None, resume: Path | None = None, jobs: int | None = None,
-              ray: str | None = None, results: Path = Path("results"), max_points: int = MAX_POINTS) -> Path:
+              ray: str | None = None, results: Path = Path("results"), max_points: int = MAX_POINTS,
+              max_hours: float | None = None) -> Path:
     """Validate every point (the sweep's size first), check the folder, connect the executor (a
     Ray head that does not answer is refused here), and only then claim the folder: a refusal
     leaves no folder and no claim, so the same command with the same --out then works."""
     if out is not None:
         check_out_place(out)
     check_ray_option(ray)  # a malformed or unreachable cluster address: refused before validating
-    sweep = load_sweep(sweep_file, max_points)  # every point validated before anything runs
+    sweep = load_sweep(sweep_file, max_points, *(() if max_hours is None else (max_hours,)))  # every point validated before anything runs
     if resume is not None:
         _check_resume(sweep, resume)
+    if any(p.live for p in sweep.points):
+        from pddbench.live.deploy import check_host_engines
+
+        for p in sweep.points:  # the engines of every live point fit this host, before the folder
+            if p.live:
+                check_host_engines(p.scenario)
     done_before = PointStore(resume) if resume is not None else None
     sim = [p for p in sweep.points if not p.live and not (done_before and done_before.done(p.key))]
     ex = make_executor(jobs, ray, tasks=len(sim)) if sim else None

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pddbench.core.errors import InputError, UserError
 from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_SWEEP_POINTS, SIM_S_PER_REQUEST, VALIDATE_S_PER_POINT,
-                             capacity_probes, check_size, count_text, nominal_requests)
+                             capacity_probes, check_size, check_work, count_text, nominal_requests)
 from pddbench.core.loading import load_yaml, read_text
 from pddbench.schema.scenario import (Scenario, clean_loc, clean_msg, numbers, read_yaml, resolve_beside, where,
                                yaml_line)
@@ -296,7 +296,7 @@ def point_key(shipped: dict, measure: str, repeat: int, iterations: int | None) 
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS) -> Sweep:
+def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS, max_hours: float = math.inf) -> Sweep:
     """Read, validate and resolve a sweep file. Its size (the product of the axes' counts, times the
     repeats) is checked against `max_points` before any axis value or point is built."""
     path = resolve_sweep(path)
@@ -337,6 +337,8 @@ def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS) -> Sweep:
     check_size("the sweep has", total, max_points, per_point, "give --max-points N (or split the sweep)",
                work, unit=f" points ({shape})" if len(dims) + (spec.repeats > 1) > 1 else " points",
                error=lambda msg: where.error(("axes",), msg))
+    check_work(f"the sweep's {count_text(total)} points ({work} each)", total * per_point, max_hours,
+               " (or fewer points, fewer requests)", error=lambda msg: where.error(("axes",), msg))
 
     rows = [d.rows() for d in dims]  # within the limit: now built
     locs = {**{p: loc for p, _, loc in entries}, **axis_locs}
