@@ -121,6 +121,76 @@ def check_ray_engines(sc) -> None:
         disconnect_ray(ray, log)
 
 
+def visible_gpus() -> list[str] | None:
+    """The GPUs a process started here would see: CUDA_VISIBLE_DEVICES's entries when set, else
+    the NVIDIA driver's devices (/proc/driver/nvidia/gpus, else `nvidia-smi -L`); [] for none."""
+    import os
+    import shutil
+    import subprocess
+
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d for d in (x.strip() for x in env.split(",")) if d and not d.startswith("-")]
+    proc = Path("/proc/driver/nvidia/gpus")
+    if proc.is_dir():
+        return sorted(p.name for p in proc.iterdir())
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+        return [line for line in out.splitlines() if line.startswith("GPU ")]
+    return []
+
+
+def check_host_engines(sc) -> None:
+    """The engines this host would start (live.engines, or the fixed layout) fit it, checked
+    before any folder, model or process: vLLM installed, every declared core among those this
+    process may run on, every declared GPU id among the GPUs visible here. Refused in one line
+    naming the field; no-op for attached or Ray-placed engines (they run elsewhere)."""
+    import os
+
+    cfg: LiveConfig = sc.live
+    if not 0 <= cfg.vocab_lo < cfg.vocab_hi:
+        raise UserError(f"live.vocab_lo {cfg.vocab_lo}, live.vocab_hi {cfg.vocab_hi}: prompts draw token ids from "
+                        "vocab_lo up to vocab_hi, so give 0 <= vocab_lo < vocab_hi")
+    if cfg.attach is not None or cfg.ray_address is not None:
+        return
+    if cfg.engines is None:
+        _require_vllm()
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    gpus = None
+    for e in cfg.engines:
+        if e.cpus is not None:
+            bad = [c for c in e.cpus if c not in cores]
+            if bad:
+                raise UserError(f"live.engines.{e.role}.cpus {e.cpus}: core(s) {bad} are not among this host's "
+                                f"cores available here ({_ranges(cores)}); give cores from those")
+        if e.gpus is not None:
+            gpus = visible_gpus() if gpus is None else gpus
+            if not gpus:
+                raise UserError(f"live.engines.{e.role}: device gpu, but no GPU is visible on this host (no "
+                                "CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus or nvidia-smi); run it on a GPU "
+                                "host or use device: cpu")
+            bad = [g for g in e.gpus if g >= len(gpus)]
+            if bad:
+                raise UserError(f"live.engines.{e.role}.gpus {e.gpus}: device id(s) {bad} do not exist here: "
+                                f"{len(gpus)} GPU(s) visible (ids 0..{len(gpus) - 1})")
+    _require_vllm()
+
+
+def _ranges(ids: list[int]) -> str:
+    out, start = [], None
+    for i, c in enumerate(ids):
+        if start is None:
+            start = c
+        if i + 1 == len(ids) or ids[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out) or "none"
+
+
 def check_attached_engines(sc) -> None:
     """Attach mode's checks (roles, health, served model, KV side channels), run before a run
     folder exists so that a refusal leaves nothing; no-op without live.attach."""

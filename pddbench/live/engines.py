@@ -161,6 +161,7 @@ class Engine:
             prctl = ctypes.CDLL(None).prctl
 
         def before_exec() -> None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)  # the engine hears SIGTERM from stop()
             if cores is not None:
                 os.sched_setaffinity(0, cores)
             if orphan_guard:
@@ -168,10 +169,14 @@ class Engine:
         env = self.spec.env()
         if self.die_with_parent:
             env = {k: v for k, v in env.items() if not k.startswith("RAY_")}
-        self.proc = subprocess.Popen(self.spec.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=before_exec if cores is not None or orphan_guard else None)
-        log.close()  # the engine holds its own copy
+        # a Ctrl-C or SIGTERM between the fork and self.proc would leave an engine no one stops:
+        # held until the process is recorded (then stop() finds it)
+        with held_signals():
+            try:
+                self.proc = subprocess.Popen(self.spec.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=before_exec)
+            finally:
+                log.close()  # the engine holds its own copy
 
     def _get(self, path: str, timeout: float = 5.0) -> str:
         url = self.spec.url + path
@@ -217,9 +222,13 @@ class Engine:
     def stop(self) -> None:
         """Stop every process of the engine, not only the one we started: a NIXL engine's core
         process outlived its API server by ~0.4 s here, and one still running would disturb
-        whatever runs next on these cores."""
+        whatever runs next on these cores. A Ctrl-C or SIGTERM meanwhile waits until it is down."""
         if self.proc is None:
             return
+        with held_signals():
+            self._stop()
+
+    def _stop(self) -> None:
         pgid = self.proc.pid  # start_new_session: the engine's processes share this group
         for sig, grace_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
             try:
@@ -303,6 +312,26 @@ def _interrupt_in(owner_pid: int):
     return handler
 
 
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+class held_signals:
+    """Ctrl-C and SIGTERM held (blocked, then delivered on exit) in this thread meanwhile: for
+    the steps that must not be cut in half (an engine recorded once started, a teardown). In a
+    thread other than the main one it holds nothing (signals are delivered to the main thread)."""
+
+    def __enter__(self) -> "held_signals":
+        import threading
+
+        self._old = (signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+                     if threading.current_thread() is threading.main_thread() else None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
 class EngineGroup:
     """Start several engines together (in parallel: each takes ~25-40 s here) and always stop them."""
 
@@ -329,8 +358,9 @@ class EngineGroup:
         signal.signal(signal.SIGTERM, self._old_term)
 
     def stop(self) -> None:
-        for e in self.engines:
-            e.stop()
+        with held_signals():  # a second Ctrl-C must not leave the engines after the first running
+            for e in self.engines:
+                e.stop()
 
     def metrics(self) -> dict[str, dict[str, float]]:
         return {e.spec.name: e.metrics() for e in self.engines}

@@ -151,6 +151,12 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     from pddbench.workload.trace import load_trace
 
     check_endpoint(endpoint, "--endpoint")
+    if not model.strip():
+        raise UserError(f"--model {model!r}: give the model name the server serves (its /v1/models), e.g. --model tiny")
+    lo, hi = options.get("vocab", (16, 1024))
+    if not 0 <= lo < hi:
+        raise UserError(f"--vocab-lo {lo} --vocab-hi {hi}: prompts draw token ids from --vocab-lo up to --vocab-hi, "
+                        "so give 0 <= --vocab-lo < --vocab-hi (e.g. 16 and the model's vocabulary size)")
     if sum(options.get(k) is not None for k in ("time_scale", "rate", "concurrency")) > 1:
         raise UserError("choose one of --time-scale, --rate, --concurrency")
     if options.get("arrival", "poisson") not in ARRIVALS:
@@ -201,3 +207,6 @@ def check_endpoint(url: str, option: str) -> None:
         raise UserError(f"{option} '{url}': not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{option} '{url}': expected an http(s) URL with a host, e.g. http://127.0.0.1:8000")
+    if parts.port == 0:
+        raise UserError(f"{option} '{url}': port 0 is no server's port; give the port it listens on (1 to 65535), "
+                        "e.g. http://127.0.0.1:8000")

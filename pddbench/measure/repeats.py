@@ -36,6 +36,9 @@ def run_repeats(path: Path, overrides: list[str], results_root: Path, out: Path 
     check_out_options(out, results_root)
     sc = load_scenario(path, overrides)  # refuse a bad scenario before making any folder
     if sc.runtime == "live":
+        from pddbench.live.deploy import check_host_engines
+
+        check_host_engines(sc)  # the engines fit this host: refused before the series' folder
         per, work = LIVE_REPEAT_S, "a live run: engines started, the workload served"
     else:
         n = nominal_requests(sc.workload.model_dump(mode="json")) or DEFAULT_REQUESTS

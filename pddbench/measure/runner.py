@@ -111,9 +111,10 @@ def write_sim_run(run_dir: Path, records, summary: dict, log: list[str]) -> None
 
 
 def _run_live(sc: Scenario, path: Path, overrides: list[str], results_root: Path, out: Path | None) -> Path:
-    from pddbench.live.deploy import check_attached_engines, check_ray_engines, run_live
+    from pddbench.live.deploy import check_attached_engines, check_host_engines, check_ray_engines, run_live
 
     check_out_options(out, results_root)
+    check_host_engines(sc)  # vLLM, cores and GPUs of the engines this host would start
     check_attached_engines(sc)  # the user's engines, checked before any folder is claimed
     check_ray_engines(sc)  # the Ray cluster that would place them, likewise
     with run_folder(out, results_root, sc.name) as folder:
