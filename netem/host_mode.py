@@ -98,9 +98,28 @@ def up_host(state_dir, profile: LinkProfile, dev: str, peer: str, sends: str, qu
         state["shaping"][sends] = "htb"
         (state_dir / "host.json").write_text(json.dumps(state))
     _run(*delay_rule("-A", dev, peer, queue))
+    state["rule_added"], state["queue"] = True, queue
+    (state_dir / "host.json").write_text(json.dumps(state))
     start_line([sys.executable, "-m", "netem.delayline"], receives)
     state["shaping"][receives] = "nfqueue delay line"
     return state
+
+
+def undo_host(state_dir) -> list[str]:
+    """A start that failed: remove exactly what its host.json says it added (its own mangle rule
+    and root qdisc), nothing another emulation on this host made."""
+    host = state_dir / "host.json"
+    if not host.exists():
+        return []
+    st, removed = json.loads(host.read_text()), []
+    if st.get("rule_added"):
+        cmd = delay_rule("-D", st["dev"], st["peer"], st.get("queue", 0))
+        if subprocess.run(cmd, capture_output=True).returncode == 0:
+            removed.append("iptables rule " + " ".join(cmd[3:]))
+    if st.get("qdisc_added") and subprocess.run(["tc", "qdisc", "del", "dev", st["dev"], "root"],
+                                                capture_output=True).returncode == 0:
+        removed.append(f"qdisc on {st['dev']}")
+    return removed
 
 
 def down_host(state_dir) -> list[str]:

@@ -123,14 +123,19 @@ def up_on_host(profile: LinkProfile, dev: str, peer: str, sends: str = "forward"
                ready_timeout_s: float = 60.0) -> dict:
     """Host mode (netem/host_mode.py): shape only this host's traffic with `peer` on `dev`; on any
     failure or Ctrl-C, remove what was added."""
-    from netem.host_mode import HostModeError, up_host
+    from netem.host_mode import HostModeError, check_args, up_host
 
     _require_root()
-    if (STATE_DIR / "state.json").exists():
+    try:
+        check_args(dev, peer)  # the interface and prefix first: a refusal touches nothing
+    except HostModeError as exc:
+        raise NetemError(str(exc)) from None
+    if (STATE_DIR / "state.json").exists() or (STATE_DIR / "host.json").exists():
         raise NetemError("an emulated WAN is already up; run `pddbench netem down` first")
     info = probe()
     if not info["nfqueue"]:
         raise NetemError("host mode needs root, iptables (apt-get install iptables) and NFQUEUE")
+    made = not STATE_DIR.exists()
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     try:
         (STATE_DIR / "profile.json").write_text(profile.model_dump_json())
@@ -141,16 +146,42 @@ def up_on_host(profile: LinkProfile, dev: str, peer: str, sends: str = "forward"
         (STATE_DIR / "state.json").write_text(json.dumps(state, indent=2))
         return state
     except HostModeError as exc:
-        _down_host_only()
+        _undo_host_start(made)
         raise NetemError(str(exc)) from None
     except BaseException:
-        _down_host_only()
+        _undo_host_start(made)
         raise
 
 
-def _down_host_only() -> None:
-    """A host-mode start that failed: what it added, never another emulation's namespaces."""
-    down(host_mode=True)
+def _undo_host_start(made_dir: bool) -> None:
+    """A host-mode start that failed: only what this invocation added (the delay line it started,
+    the rule and qdisc its host.json records, the state folder if it made it, else its files in
+    it), never a delay line, rule or namespace of another emulation."""
+    from netem.host_mode import undo_host
+
+    for proc in list(_STARTED.values()):
+        _stop_started(proc)
+    _STARTED.clear()
+    undo_host(STATE_DIR)
+    if made_dir:
+        shutil.rmtree(STATE_DIR, ignore_errors=True)
+        return
+    for pattern in ("host.json", "profile.json", "pid-*", "ready-*", "stats-*", "delayline-*.log"):
+        for f in STATE_DIR.glob(pattern):
+            f.unlink(missing_ok=True)
+
+
+def _stop_started(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _wait_ready(timeout_s: float, directions: tuple[str, ...] = ("forward", "reverse")) -> None:
