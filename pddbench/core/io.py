@@ -27,14 +27,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield from _streamed(target.path)
         return
     path = target.path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # named by the path the user gave, not our temp file's
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp_path, path)
+    except OSError as exc:
+        if exc.filename in (tmp, str(tmp_path)) or exc.filename2 in (tmp, str(tmp_path)):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -190,9 +197,33 @@ def check_out_place(out: Path, option: str = "--out", folder: bool = True) -> No
         raise UserError(f"{option} {out} lies under {parent}, which is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{option} {out}: {parent} is not writable")
+    if folder or not _streams(out):
+        _probe_writable(parent, out, option)
     if folder and option == "--out" and out.is_dir() and _entries(out):
         what = "an existing run folder" if _is_run_folder(out) else "not empty"
         raise UserError(f"{option} {out} is {what}; runs never overwrite each other, choose a new folder")
+
+
+def _streams(path: Path) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _probe_writable(parent: Path, out: Path, option: str) -> None:
+    """A file made and removed in `parent`: os.access answers yes to root on a read-only or
+    pseudo file system (/proc, /sys, a read-only mount), where the output would fail after the
+    work (and after, e.g., the gate's history was appended to)."""
+    from pddbench.core.errors import UserError
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".pddbench-probe-", dir=parent)
+    except OSError as exc:
+        raise UserError(f"{option} {out}: nothing can be written in {parent} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -250,10 +250,10 @@ def gate(candidate: Path, baseline: Path, rules_path: Path | None = None, *, mar
             res.update(accepted=True, baseline_updated=True)
             res["verdict"] = f"ACCEPTED as the new baseline ({res['moved']} metric(s) moved, " \
                              f"{res['regressions']} beyond the rules): {verdict_line(res)}"
+    write_outputs([res], markdown, junit, json_out)  # before the history: a failed report appends nothing
     if history_dir is not None:
         from pddbench.gate.history import append_history
         from pddbench.core.provenance import provenance
 
         append_history(history_dir, res, provenance().get("git_commit"), now)
-    write_outputs([res], markdown, junit, json_out)
     return res
