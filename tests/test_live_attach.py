@@ -153,7 +153,7 @@ def test_serve_pd_proxy_in_front_of_running_engines(fleet, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
-    assert rc == 0, proc.stderr.read()[-2000:]
+    assert rc == 130, proc.stderr.read()[-2000:]  # stopped cleanly, but by Ctrl-C: 130 as every command
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert [x["event"] for x in lines][0] == "start" and lines[-1]["event"] == "stop"
     requests = [x for x in lines if x["event"] == "request"]
@@ -165,7 +165,6 @@ def test_serve_pd_proxy_in_front_of_running_engines(fleet, tmp_path):
 @pytest.mark.parametrize("args,says", [
     (["--host", "0.0.0.0"], "listen on loopback or its own namespaces"),
     (["--host", "example.org"], "give an IP address"),
-    (["--set", "live.model_dir=null"], "give live.model_dir"),
     (["--log", "/tmp"], "--log /tmp is a folder"),
 ])
 def test_serve_refusals(fleet, tmp_path, args, says):

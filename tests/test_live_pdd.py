@@ -395,7 +395,7 @@ def test_serve_pdd_router_counts_what_it_served(engines, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
-    assert rc == 0, proc.stderr.read()[-2000:]
+    assert rc == 130, proc.stderr.read()[-2000:]  # a clean stop by Ctrl-C: 130, as every command
     assert health == (200, {"status": "ok", "engines": {"P": "ok", "RLD": "ok", "MD": "ok"}})
     counted = {m[0]: float(m[1]) for m in re.findall(r'pddbench_requests_total\{pipeline="(\w+)",status="200"\} (\S+)', metrics)}
     served = {}

@@ -75,9 +75,9 @@ def prepare(front: str, scenario, overrides: list[str], inventory: Path | None):
     if not engines:
         raise UserError(f"{scenario}: name the engines to serve: --inventory FILE (role: {{url, kv_side_channel}}) or "
                         "live.attach in the scenario")
-    if sc.live.model_dir is None:
+    if sc.live.model_dir is None and front == "pdd-router":  # the PD proxy reads no model: it forwards
         raise UserError(f"{scenario}: give live.model_dir (a copy of the served model's folder; config.json is "
-                        "enough): the router's KV bytes per token come from it")
+                        "enough): the PDD router's KV bytes per token come from it")
     sc = sc.model_copy(update={"live": sc.live.model_copy(update={"attach": engines})})
     check_attached_engines(sc)  # roles, health, served model, side channels: refused before listening
     return sc, attached(kind, PLACEMENTS[kind], engine_specs(sc, sc.live.model_dir), sc.live)[1]
@@ -132,7 +132,6 @@ def log_handler(path: Path | None) -> logging.Handler:
 
 def serve(front: str, scenario, overrides: list[str], inventory: Path | None, host: str, port: int, warm_up: bool,
           log_file: Path | None) -> None:
-    import errno
 
     import aiohttp
     from aiohttp import web
@@ -155,16 +154,64 @@ def serve(front: str, scenario, overrides: list[str], inventory: Path | None, ho
     LOG.propagate = False
     LOG.info(json.dumps({"event": "start", "front": front, "scenario": sc.name, "listen": f"http://{host}:{port}",
                          "engines": {s.name: s.url for s in specs}}))
+    stopped_by: list[int] = []
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None)
+        with _heard(stopped_by):  # aiohttp's own handlers would end a Ctrl-C'd service with exit 0
+            web.run_app(app, host=host, port=port, print=None, access_log=None, handle_signals=False)
     except aiohttp.ClientError as exc:  # the warm-up over the engines, before listening
         raise UserError(f"serve {front}: the warm-up request over the engines failed ({_short(exc)}); check them "
                         "with /health on each, or start with --no-warm-up") from None
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            raise UserError(f"--host {host} --port {port}: cannot listen ({exc.strerror}); choose another port") from None
-        raise UserError(f"serve {front}: {_short(exc)}") from None
+        raise UserError(bind_error(host, port, exc) or f"serve {front}: {_short(exc)}") from None
     finally:
         LOG.info(json.dumps({"event": "stop", "front": front}))
         LOG.removeHandler(handler)
         handler.close()
+    if stopped_by:  # a clean stop on a signal is still an interrupted command: exit 130 (143 on SIGTERM)
+        raise KeyboardInterrupt(f"interrupted; serve {front} stopped (in-flight requests cancelled), nothing written "
+                                "but its log lines")
+
+
+def bind_error(host: str, port: int, exc: OSError) -> str | None:
+    """What a failed listen means, for the part the user typed that caused it: a port in use or
+    below 1024 without root, or an address this host does not have (its namespace not up)."""
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return f"--port {port}: another process already listens on {host}:{port}; choose another port or stop it"
+    if exc.errno == errno.EACCES:
+        return f"--port {port}: ports below 1024 need root; choose a port from 1024 to 65535"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"--host {host}: no interface of this network namespace has that address ({exc.strerror}); run "
+                "inside the namespace that has it (`pddbench netem up` makes pddb-dc-a / pddb-dc-b) or use 127.0.0.1")
+    return None
+
+
+class _heard:
+    """SIGINT and SIGTERM stop the service (KeyboardInterrupt: aiohttp cleans up and returns),
+    and are recorded so the command can exit 130 / 143 rather than 0."""
+
+    def __init__(self, heard: list[int]):
+        self.heard = heard
+
+    def __enter__(self):
+        import signal
+
+        self._old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):
+            self.heard.append(signum)
+            old = self._old[signum]
+            if callable(old):
+                old(signum, frame)  # the CLI's: marks a SIGTERM, raises KeyboardInterrupt
+            raise KeyboardInterrupt
+        for sig in self._old:
+            if self._old[sig] is not signal.SIG_IGN:
+                signal.signal(sig, handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)

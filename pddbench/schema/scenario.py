@@ -415,6 +415,13 @@ def _misplaced(data: dict) -> Iterator[tuple[tuple, str]]:
             if isinstance(pool, dict) and "core_group" in pool:
                 shared = ", ".join(f"{g}: [{', '.join(r)}]" for g, r in groups.items()) or "NAME: [relay, main]"
                 yield ("deployment", role, "core_group"), f"has moved: write twin_calibration.core_groups: {{{shared}}}"
+    live = data.get("live")
+    if data.get("runtime", "sim") != "live" and isinstance(live, dict):
+        for key in ("engines", "attach", "ray_address", "ray_wan"):
+            if live.get(key) is not None:
+                yield ("live", key), ("says which engines a live run uses, but this scenario runs in the simulator "
+                                      "(runtime: sim), which would ignore it: remove it, or set runtime: live")
+                break
     if data.get("runtime") == "live":
         if data.get("model") is not None:
             yield ("model",), ("a live run takes its model from live.model_dir (unset: the tiny model) and its KV "
