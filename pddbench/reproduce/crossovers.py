@@ -214,8 +214,11 @@ def parse_axes(text: str) -> list[str]:
     if bad or not names:
         from pddbench.core.errors import UserError
 
-        raise UserError(f"--axes '{text}': {', '.join(bad) or 'no axis'} is not an axis; choose from {', '.join(known)} "
-                        "(or 'all')")
+        if not names:
+            raise UserError(f"--axes '{text}': names no axis; give one or more, comma-separated, from "
+                            f"{', '.join(known)} (or 'all')")
+        raise UserError(f"--axes '{text}': {', '.join(bad)} {'is not an axis' if len(bad) == 1 else 'are not axes'}; "
+                        f"choose from {', '.join(known)} (or 'all')")
     return list(dict.fromkeys(names))
 
 

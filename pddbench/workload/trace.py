@@ -146,11 +146,18 @@ MAX_SIMULATED_SPAN_MS = 10 * MAX_SPAN_MS  # what a rate_scale below 1 may stretc
 
 def check_simulated_span(reqs: list[Request], rate_scale: float, source: str) -> None:
     """Arrivals divided by rate_scale must stay within MAX_SIMULATED_SPAN_MS."""
-    span = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / rate_scale
-    if not span <= MAX_SIMULATED_SPAN_MS:
-        raise InputError(source, f"rate_scale {rate_scale:g} stretches the arrivals to {span:.3g} ms; at most "
-                         f"{MAX_SIMULATED_SPAN_MS} ms (about 10 years) can be simulated: raise workload.rate_scale",
-                         field="workload.rate_scale")
+    raw = reqs[-1].timestamp_ms - reqs[0].timestamp_ms
+    span = raw / rate_scale
+    if span <= MAX_SIMULATED_SPAN_MS:
+        return
+    limit = f"at most {MAX_SIMULATED_SPAN_MS} ms (about 10 years) can be simulated"
+    if raw <= MAX_SIMULATED_SPAN_MS:  # the scale stretched arrivals that fit: the scale is the cause
+        raise InputError(source, f"rate_scale {rate_scale:g} stretches the arrivals ({raw:.3g} ms) to {span:.3g} ms; "
+                         f"{limit}: raise workload.rate_scale", field="workload.rate_scale")
+    raise InputError(source, f"the workload's {len(reqs):,} arrivals span {raw:.3g} ms before any rate_scale; {limit}: "
+                     "raise the arrival rate (workload.synth.rate_rps or workload.fixed.rate_rps), use a trace with "
+                     f"shorter gaps, or speed it up with workload.rate_scale above {raw / MAX_SIMULATED_SPAN_MS:.3g}",
+                     field="workload")
 
 
 def write_trace(path: str | Path, requests: Iterable[Request]) -> None:
