@@ -320,7 +320,7 @@ ISSUE40 = {
          ["at least 1"]),
         (["crossovers", "--axes", ","], 2, ["names no axis"], ["no axis is not"]),
         (["crossovers", "--axes", "foo,bar"], 2, ["foo, bar are not axes"], []),
-        (["designs", "{designs}", "-j", "1", "--along", "sla.tpot_ms=400..40"], 2, ["LO must be below HI"], []),
+        (["designs", "{designs}", "-j", "1", "--along", "sla.tpot_ms=400..40"], 2, ["LO 400 is not below HI 40"], []),
         (["run", "paper/pdd", "--set", "workload.synth.rate_rps=1e-6"], 2, ["workload.synth.rate_rps"],
          ["raise workload.rate_scale"]),
     ],

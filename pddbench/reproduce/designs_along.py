@@ -29,9 +29,9 @@ def parse_along(text: str) -> tuple[str, float, float]:
     except ValueError:
         lo = hi = math.nan
     if not sep or not dots or not path.strip() or not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        why = ("LO must be below HI" if sep and dots and path.strip() and math.isfinite(lo) and math.isfinite(hi)
-               else "give PATH=LO..HI with finite LO < HI")
-        raise UserError(f"--along {text}: {why}, e.g. network.wan.rate_gbps=1..400")
+        why = (f"LO {lo:g} is not below HI {hi:g}; " if sep and dots and path.strip() and math.isfinite(lo)
+               and math.isfinite(hi) else "")
+        raise UserError(f"--along {text}: {why}give PATH=LO..HI with finite LO < HI, e.g. network.wan.rate_gbps=1..400")
     keys = path.strip().split(".")
     if keys[0] == "deployment" and keys[-1] in SEARCHED:
         raise UserError(f"--along {text}: {path.strip()} is what the best-split search chooses at every probe "
