@@ -316,20 +316,39 @@ _HELD = {signal.SIGINT, signal.SIGTERM}
 
 
 class held_signals:
-    """Ctrl-C and SIGTERM held (blocked, then delivered on exit) in this thread meanwhile: for
-    the steps that must not be cut in half (an engine recorded once started, a teardown). In a
-    thread other than the main one it holds nothing (signals are delivered to the main thread)."""
+    """Ctrl-C and SIGTERM held (their handlers deferred, then run on exit) meanwhile: for the steps
+    that must not be cut in half (an engine recorded once started, a teardown). The Python-level
+    handler is swapped, not the thread's signal mask: a signal delivered to another thread still
+    runs its handler in the main thread. Outside the main thread it holds nothing (handlers run
+    only in the main thread there anyway)."""
 
     def __enter__(self) -> "held_signals":
         import threading
 
-        self._old = (signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-                     if threading.current_thread() is threading.main_thread() else None)
+        self._old: dict | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._old, self._pending = {}, []
+        for sig in _HELD:
+            old = signal.getsignal(sig)
+            if old is signal.SIG_IGN or old is None:
+                continue
+            self._old[sig] = old
+            signal.signal(sig, lambda signum, frame: self._pending.append((signum, frame)))
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+        if self._old is None:
+            return
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        if self._pending:
+            signum, frame = self._pending[0]
+            old = self._old[signum]
+            if callable(old):
+                old(signum, frame)  # e.g. KeyboardInterrupt, now that the step is done
+            else:
+                os.kill(os.getpid(), signum)  # the default action, as it would have been
 
 
 class EngineGroup:
