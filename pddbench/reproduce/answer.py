@@ -45,9 +45,14 @@ def headline_summary(rows: list[Row]) -> str:
             f"direction, {failed} do not, {open_} cannot be judged from this run")
 
 
-def where_line(df: pd.DataFrame, axes: list[str], metric: str, subject: str, good: str) -> str | None:
+def where_line(df: pd.DataFrame, axes: list[str], metric: str, subject: str, good: str,
+               crossovers: list[dict] | None = None) -> str | None:
     """Where on the map the article's direction holds: how many points, and the axis value under
-    which it holds most often (as a share of that value's points)."""
+    which it holds most often (as a share of that value's points); then any crossover of the same
+    claim inside the map's range of an axis (reproduce/map_crossovers.py), so that the map's
+    points never read as the whole map."""
+    from pddbench.reproduce.map_crossovers import clause, inside
+
     if df.empty or metric not in df.columns:
         return None
     d = df.dropna(subset=[metric])
@@ -55,10 +60,14 @@ def where_line(df: pd.DataFrame, axes: list[str], metric: str, subject: str, goo
         return f"- {subject}: no map point could be measured."
     wins = d[metric] > 0 if good == "positive" else d[metric] < 0
     n, k = len(d), int(wins.sum())
+    found = inside(d, axes, metric, crossovers)
+    but = f"; but {clause(found)}." if found else "."
     if k == 0:
-        return f"- {subject} goes the article's way ({good}) nowhere on the map (0 of {n} points)."
+        return (f"- {subject} goes the article's way ({good}) at none of the map's {n} points{but}" if found else
+                f"- {subject} goes the article's way ({good}) nowhere on the map (0 of {n} points).")
     if k == n:
-        return f"- {subject} goes the article's way ({good}) everywhere on the map ({n} points)."
+        return (f"- {subject} goes the article's way ({good}) at all of the map's {n} points{but}" if found else
+                f"- {subject} goes the article's way ({good}) everywhere on the map ({n} points).")
     best = None
     for axis in axes:
         if axis not in d.columns or d[axis].nunique() < 2:
@@ -72,7 +81,7 @@ def where_line(df: pd.DataFrame, axes: list[str], metric: str, subject: str, goo
     if best:
         _, axis, value, kk, nn = best
         text += f", most often where {_axis_name(axis)} = {value} ({kk} of {nn} there)"
-    return text + "."
+    return text + (f"; {clause(found)}." if found else ".")
 
 
 def ranked_axes(df: pd.DataFrame, axes: list[str], metric: str) -> list[tuple[str, float]]:
@@ -121,7 +130,7 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
              f"sensitivity map: {len(df)} PDD points of {map_requests:,} requests): {headline_summary(headline)}."]
     lines += [headline_line(r) for r in headline]
     for metric, subject, good in MAP_METRICS:
-        line = where_line(df, axes, metric, subject, good)
+        line = where_line(df, axes, metric, subject, good, (crossovers or {}).get("crossovers"))
         if line:
             lines.append(line)
     if crossovers:

@@ -383,8 +383,11 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     _comparisons(folders, plan, out)
 
     axes = list(grid)
-    words = {"throughput_change_pct": describe_map(sens, axes, "throughput_change_pct", "PDD's throughput-within-SLA gain"),
-             "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative")}
+    found = crossing["crossovers"]  # said where they lie inside the map's range (reproduce/map_crossovers.py)
+    words = {"throughput_change_pct": describe_map(sens, axes, "throughput_change_pct", "PDD's throughput-within-SLA gain",
+                                                   crossovers=found),
+             "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative",
+                                             crossovers=found)}
     write_json(out / "map" / "map.json", {"axes": grid, "points": sens.to_dict(orient="records"), "words": words})
     prfaas = prfaas_section(out, cfg)
     figures = _figures(out, rows, folders, op, tub, common, loads, plan, sens, axes, cfg, crossing)

@@ -33,22 +33,30 @@ def _cond(axis: str, value) -> str:
     return f"{_name(axis)} = {value}"
 
 
-def describe_map(df: pd.DataFrame, axes: list[str], metric: str, subject: str, good: str = "positive") -> str:
+def describe_map(df: pd.DataFrame, axes: list[str], metric: str, subject: str, good: str = "positive",
+                 crossovers: list[dict] | None = None) -> str:
     """Sentences that say where `metric` is positive and where negative: the count and range, then
     each axis value on which the sign never changes (the conditions under which the claim holds or
     fails), then the single axes that decide the sign alone, if any. `good` names the article's
-    direction ("positive" or "negative")."""
+    direction ("positive" or "negative"). `crossovers`: the crossover search's items; those of the
+    same claim inside the map's range of an axis are said last (reproduce/map_crossovers.py), and
+    the map's points then never read as the whole map ("everywhere on the map")."""
+    from pddbench.reproduce.map_crossovers import clause, inside
+
     d = df.dropna(subset=[metric])
     if d.empty:
         return f"{subject}: no point of the map could be measured."
+    found = inside(d, axes, metric, crossovers)
+    beyond = f"Beyond the map's points, {clause(found)}." if found else ""
     v = d[metric]
     pos, neg = int((v > 0).sum()), int((v < 0).sum())
     n = len(d)
     out = [f"{subject} is positive at {pos} of {n} points and negative at {neg} (from {v.min():+.1f} % to "
            f"{v.max():+.1f} %; the article's direction is {good})."]
     if pos == n or neg == n:
-        out.append(f"It is {'positive' if pos == n else 'negative'} everywhere on the map.")
-        return " ".join(out)
+        out.append(f"It is {'positive' if pos == n else 'negative'} "
+                   + ("at every point of the map." if found else "everywhere on the map."))
+        return " ".join(out + [beyond] if found else out)
     always_pos, always_neg, decisive = [], [], []
     for axis in axes:
         if axis not in d.columns or d[axis].nunique() < 2:
@@ -82,7 +90,7 @@ def describe_map(df: pd.DataFrame, axes: list[str], metric: str, subject: str, g
                  for (va, vb), grp in d.groupby([a, b], sort=True) if test(grp[metric])]
         out.append(f"No single axis value makes it {sign}; it is {sign} wherever {' or '.join(pairs)}." if pairs else
                    f"No single axis value or pair of values makes it {sign} throughout.")
-    return " ".join(out)
+    return " ".join(out + [beyond] if found else out)
 
 
 def map_heatmaps(df: pd.DataFrame, axes: list[str], metric: str, title: str, path: Path) -> Path:
