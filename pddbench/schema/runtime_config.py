@@ -11,12 +11,12 @@ from pydantic import BaseModel, Field, model_validator
 
 
 class LatencyConfig(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     kind: Literal["roofline", "calibrated"] = "roofline"
-    compute_efficiency: float = Field(0.45, gt=0, le=1, description="achieved / peak FLOPs")
-    memory_efficiency: float = Field(0.7, gt=0, le=1, description="achieved / peak memory bandwidth")
-    prefill_overhead_ms: float = Field(4.0, ge=0, description="fixed cost per prefill step (scheduling, comms)")
-    decode_overhead_ms: float = Field(3.0, ge=0, description="fixed cost per decode step")
+    compute_efficiency: float = Field(0.45, ge=1e-6, le=1, description="achieved / peak FLOPs")
+    memory_efficiency: float = Field(0.7, ge=1e-6, le=1, description="achieved / peak memory bandwidth")
+    prefill_overhead_ms: float = Field(4.0, ge=0, le=1e6, description="fixed cost per prefill step (scheduling, comms)")
+    decode_overhead_ms: float = Field(3.0, ge=0, le=1e6, description="fixed cost per decode step")
     calibration_csv: str | None = Field(
         None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms (and optionally cached_tokens)")
 
@@ -30,7 +30,7 @@ class TwinCalibration(BaseModel):
     the timings `pddbench fidelity` measures on the run. Its defaults are the simulator's plain
     model (the paper scenarios set none of it); a scenario that sets no field leaves the section
     out of its saved scenario.yaml."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     kv_pull_at_decode_step: bool = Field(
         False, description="a decoder starts pulling a request's KV at the end of the step it is running "
         "(when its scheduler next runs), not at once: vLLM's NIXL consumer issues reads from its step loop. "
@@ -77,7 +77,7 @@ class TwinCalibration(BaseModel):
 
 class AttachedEngine(BaseModel):
     """An engine that already runs (attach mode): pddbench checks it, sends to it, never stops it."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     url: str = Field(pattern=r"^http://[^/\s:]+(:[0-9]{1,5})?$", description=(
         "its OpenAI server, e.g. http://10.1.2.3:8000 (plain HTTP: pddbench's clients speak no TLS)"))
     kv_side_channel: str | None = Field(None, pattern=r"^[^\s:]+:[0-9]{1,5}$", description=(
@@ -101,7 +101,7 @@ LIVE_ROLES: dict[str, dict[str, str]] = {"colocated": {"E0": "a"}, "same_dc_pd":
 
 class VllmArgs(BaseModel):
     """The vLLM server arguments pddbench sets for an engine it starts."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     tensor_parallel_size: int | None = Field(None, ge=1, le=64, description="GPU engines: default the number of gpus")
     max_model_len: int = Field(8192, ge=16, le=10_000_000)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU engines: vLLM's memory fraction")
@@ -111,7 +111,7 @@ class VllmArgs(BaseModel):
 
 class KVConnector(BaseModel):
     """The engine's KV connector (the roles that move KV: P, D, RLD, MD)."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     name: Literal["NixlConnector"] = "NixlConnector"
     buffer_device: Literal["cpu", "cuda"] | None = Field(None, description="default: cpu on CPU engines, cuda on GPU")
     side_channel_port: int | None = Field(None, ge=1024, le=65535, description="NIXL handshake port; default "
@@ -120,7 +120,7 @@ class KVConnector(BaseModel):
 
 class EngineDecl(BaseModel):
     """One engine pddbench starts for a role (`live.engines`)."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     role: Literal["E0", "P", "D", "RLD", "MD"]  # ROLE_NAMES
     instances: int = Field(1, ge=1, le=16, description=(
         "engines of this role, alike (named P, P2, P3 ...; ports and side channels counted up from the first); "
@@ -228,7 +228,7 @@ def role_of(name: str) -> str:
 
 class HostWan(BaseModel):
     """One datacenter's side of the WAN between real hosts (`pddbench netem up --dev --peer`)."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     dev: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:@-]+$",
                      description="the interface of that datacenter's nodes that leads to the other datacenter")
     peer: str = Field(min_length=1, description="the other datacenter's IPv4 prefix, e.g. 10.20.0.0/16")
@@ -236,7 +236,7 @@ class HostWan(BaseModel):
 
 class LiveConfig(BaseModel):
     """How a live run drives real engines. The deployment itself is `deployment.kind`."""
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
     @model_validator(mode="before")
     @classmethod
@@ -294,24 +294,24 @@ class LiveConfig(BaseModel):
         "with live.ray_address: the scenario's WAN profile applied on every node of the cluster for the run "
         "(`netem up --dev --peer`, host mode: datacenter a's nodes send forward, b's reverse), removed after it"))
     port_base: int = Field(8300, ge=1024, le=65000)
-    time_scale: float | None = Field(None, gt=0)
-    rate_rps: float | None = Field(None, gt=0, description="fixed mean arrival rate (req/s); or live.load")
+    time_scale: float | None = Field(None, ge=1e-6, le=1e6)
+    rate_rps: float | None = Field(None, ge=1e-6, le=1e6, description="fixed mean arrival rate (req/s); or live.load")
     load: float | None = Field(None, gt=0, le=4, description=(
         "arrival rate as a fraction of the deployment's capacity measured on this machine before the "
         "replay (pddbench/live/capacity_probe.py); excludes rate_rps, time_scale and concurrency"))
     probe_requests: int = Field(24, ge=4, le=1000, description="live.load: requests in the capacity probe")
     probe_concurrency: int = Field(4, ge=1, le=256, description="live.load: probe requests in flight at a time")
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    concurrency: int | None = Field(None, ge=1)
+    concurrency: int | None = Field(None, ge=1, le=1_000_000)
     replay_workers: int = Field(1, ge=1, le=64, description=(
         "client processes that send the replay (`pddbench replay --workers`): whole sessions each, on one "
         "schedule, merged into one records file; more than one pays off only with free cores beside the engines"))
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, ge=1e-3, le=1e7)
     vocab_lo: int = 16
     vocab_hi: int = 1024
-    timeout_s: float = Field(300.0, gt=0)
-    calibrate_probes: int = Field(100, ge=10)
-    min_relay_tokens: int = Field(0, ge=0, description="pdd: hold each handoff until the relay has produced this many tokens")
+    timeout_s: float = Field(300.0, ge=1e-3, le=1e7)
+    calibrate_probes: int = Field(100, ge=10, le=1_000_000)
+    min_relay_tokens: int = Field(0, ge=0, le=10_000_000, description="pdd: hold each handoff until the relay has produced this many tokens")
     front_added_delay_ms: float = Field(0.0, ge=0, le=60000, description=(
         "an injected regression: the PD proxy / PDD router holds every request this long before serving it "
         "(to check that the nightly gate fails on a real slowdown; 0 in every shipped scenario)"))

@@ -18,13 +18,16 @@ from netem.profile import LinkProfile, load_profile
 from pddbench.core.errors import InputError, UserError
 from pddbench.core.loading import is_stdin, load_yaml, load_yaml_value, read_text
 from pddbench.core.shipped import resolve_scenario, shipped_scenario_names
+from pddbench.schema.ranges import with_range
 from pddbench.schema.runtime_config import LatencyConfig, LiveConfig, TwinCalibration, check_engines
 from pddbench.workload.fixed import FixedConfig
 from pddbench.workload.synth import SynthConfig
 
 
 class _Strict(BaseModel):
-    model_config = {"extra": "forbid"}
+    # a non-finite number is refused by the schema itself (load_scenario's check does not see a
+    # scenario built in code: optimize's trials, sweep points)
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
 
 WorkloadSource = Literal["trace", "synth", "fixed"]
@@ -36,9 +39,9 @@ class Workload(_Strict):
     trace: str | None = Field(None, min_length=1, description="Mooncake JSONL trace (source: trace)")
     synth: SynthConfig = Field(default_factory=SynthConfig, description="the agentic generator (source: synth)")
     fixed: FixedConfig | None = Field(None, description="a fixed-shape workload (source: fixed)")
-    block_size: int = Field(512, ge=1)
-    rate_scale: float = Field(1.0, gt=0, description="arrival rate multiplier (timestamps divided by it)")
-    max_requests: int | None = Field(None, ge=1)
+    block_size: int = Field(512, ge=1, le=1_000_000)
+    rate_scale: float = Field(1.0, ge=1e-6, le=1e6, description="arrival rate multiplier (timestamps divided by it)")
+    max_requests: int | None = Field(None, ge=1, le=100_000_000)
 
     @model_validator(mode="after")
     def _one_source(self) -> "Workload":
@@ -63,17 +66,17 @@ class Workload(_Strict):
 
 
 class Sla(_Strict):
-    ttft_ms: float = Field(2000.0, gt=0, description="per-request TTFT bound")
-    tpot_ms: float = Field(100.0, gt=0, description="per-request TPOT bound")
+    ttft_ms: float = Field(2000.0, ge=1e-3, le=1e9, description="per-request TTFT bound")
+    tpot_ms: float = Field(100.0, ge=1e-3, le=1e9, description="per-request TPOT bound")
     percentile: float = Field(90.0, gt=0, le=100, description="the SLA holds when this percentile of TTFT and TPOT is within bounds")
 
 
 class Chip(_Strict):
-    peak_tflops: float = Field(gt=0, description="dense peak at the serving precision")
-    memory_gb: float = Field(gt=0)
-    memory_bw_tbps: float = Field(gt=0)
-    interconnect_gbps: float = Field(gt=0, description="scale-up bandwidth per chip")
-    price_per_hour: float = Field(ge=0)
+    peak_tflops: float = Field(ge=1e-6, le=1e9, description="dense peak at the serving precision")
+    memory_gb: float = Field(ge=1e-6, le=1e9)
+    memory_bw_tbps: float = Field(ge=1e-6, le=1e9)
+    interconnect_gbps: float = Field(ge=1e-6, le=1e9, description="scale-up bandwidth per chip")
+    price_per_hour: float = Field(ge=0, le=1e9)
 
 
 class Model(_Strict):
@@ -131,7 +134,7 @@ class Pool(_Strict):
     dc: Literal["a", "b"] = "a"
     chunk_tokens: int = Field(8192, ge=1, le=10_000_000, description="prefill chunk / batched-token budget per step")
     max_batch_seqs: int = Field(256, ge=1, le=1_000_000, description="decode batch limit")
-    kv_memory_fraction: float = Field(0.9, gt=0, le=1, description="memory left after weights usable for KV")
+    kv_memory_fraction: float = Field(0.9, ge=1e-6, le=1, description="memory left after weights usable for KV")
     prefix_cache: bool = True
     pack_tail_chunks: bool = Field(False, description="prefill: let a tail chunk share a step with other requests")
 
@@ -158,7 +161,7 @@ class Deployment(_Strict):
     main: Pool | None = Field(None, description="MD pool (pdd)")
     remote_prefill: Pool | None = Field(None, description="prfaas: the prefill cluster across the WAN (PrfaaS); "
                                         "prefill and decode are then the local PD cluster")
-    kv_block_tokens: int = Field(1, ge=1, description="tokens per engine KV block: a transfer moves whole blocks "
+    kv_block_tokens: int = Field(1, ge=1, le=1_000_000, description="tokens per engine KV block: a transfer moves whole blocks "
                                  "(vLLM: 16 on GPU, 128 on CPU); 1 = exactly the tokens' bytes")
     decode_routing_slack_seqs: int = Field(
         16, ge=0, le=1_000_000, description="simulator: a decode instance (D or MD) may hold this many more sequences "
@@ -178,7 +181,7 @@ class Network(_Strict):
     wan: LinkProfile | str = Field("cross-city-10g", description="profile name, YAML path or inline")
     rdma: LinkProfile | str = "same-dc-rdma"
     wan_lines: int = Field(1, ge=1, le=1024)
-    wan_line_price_per_hour: float = Field(0.0, ge=0)
+    wan_line_price_per_hour: float = Field(0.0, ge=0, le=1e9)
 
     def wan_profile(self) -> LinkProfile:
         return self.wan if isinstance(self.wan, LinkProfile) else load_profile(self.wan)
@@ -189,23 +192,23 @@ class Network(_Strict):
 
 class Policy(_Strict):
     handoff_mode: Literal["adaptive", "one_shot", "catch_up"] = "adaptive"
-    catch_up_threshold_tokens: int = Field(64, ge=0, description="adaptive: Catch-Up above this many pending tokens")
-    catch_up_batch_tokens: int = Field(32, ge=1, description="tokens handed over per Catch-Up batch")
+    catch_up_threshold_tokens: int = Field(64, ge=0, le=1_000_000_000, description="adaptive: Catch-Up above this many pending tokens")
+    catch_up_batch_tokens: int = Field(32, ge=1, le=1_000_000_000, description="tokens handed over per Catch-Up batch")
     relay_busy_fraction: float = Field(
-        0.8, gt=0, le=1, description="adaptive: One-Shot when RLD load exceeds this; a request that would take the "
+        0.8, ge=1e-6, le=1, description="adaptive: One-Shot when RLD load exceeds this; a request that would take the "
         "relay path goes P->MD instead when the least loaded relay is at least this full")
     relay_ttft_budget_fraction: float = Field(
-        0.1, ge=0, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
+        0.1, ge=0, le=1e6, description="use P->RLD->MD when predicted WAN KV time exceeds this share of the TTFT SLA")
     singular_filter: bool = True
-    singular_min_input_tokens: int = Field(32768, ge=1, description="singular flow: input at least this long ...")
-    singular_max_output_tokens: int = Field(16, ge=1, description="... and max_tokens at most this")
+    singular_min_input_tokens: int = Field(32768, ge=1, le=1_000_000_000, description="singular flow: input at least this long ...")
+    singular_max_output_tokens: int = Field(16, ge=1, le=1_000_000_000, description="... and max_tokens at most this")
     catch_up_max_rounds: int = Field(8, ge=1, le=100_000)
     relay_only_pipeline: bool = Field(False, description="ablation: P->RLD only for low-hit requests (excluded by the article)")
     offload_threshold_tokens: int = Field(
-        19_400, ge=0, description="prfaas: a prefill goes to the remote cluster when its uncached length (after the "
+        19_400, ge=0, le=1_000_000_000, description="prfaas: a prefill goes to the remote cluster when its uncached length (after the "
         "local prefix cache) is above this (PrfaaS' case study: t = 19.4k tokens)")
     offload_wan_budget_fraction: float = Field(
-        0.5, ge=0, description="prfaas: ... and the line delivers its KV, as predicted now (queue included), within "
+        0.5, ge=0, le=1e6, description="prfaas: ... and the line delivers its KV, as predicted now (queue included), within "
         "this share of the TTFT SLA; else it is prefilled locally (bandwidth-aware; ASSUMPTION: PrfaaS states no value)")
     relay_finish_stops_wan_kv: bool = Field(
         True, description="a relay that finishes first stops MD's WAN KV transfer; false: the transfer drains and MD "
@@ -431,6 +434,7 @@ def _misplaced(data: dict) -> Iterator[tuple[tuple, str]]:
 
 
 def _refuse(layers: Layers, loc: tuple, msg: str, overrides: list[str]) -> InputError:
+    msg = with_range(Scenario, loc, msg)
     field = ".".join(map(str, loc))
     if any(o.split("=", 1)[0] == field for o in overrides):
         return InputError(str(layers[0][0]), msg + " (from --set)", field=field)
