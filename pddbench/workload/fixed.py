@@ -12,12 +12,12 @@ from pddbench.workload.trace import Request
 
 
 class FixedConfig(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     requests: int = Field(500, ge=1, le=10_000_000)
     input_tokens: int = Field(64512, ge=1, le=10_000_000)
     output_tokens: int = Field(1024, ge=1, le=1_000_000)
     hit_rate: float = Field(0.9, ge=0, le=1, description="share of the prompt in the common prefix")
-    rate_rps: float = Field(1.0, gt=0)
+    rate_rps: float = Field(1.0, ge=1e-6, le=1e6)
     seed: int = 0
 
 

@@ -63,24 +63,24 @@ WARMUP_LIFETIMES = 3.0
 class SynthConfig(BaseModel):
     """Knobs of the agentic generator (all have defaults that mimic coding/tool agents)."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
     requests: int = Field(1000, ge=1, le=10_000_000, description="requests to generate")
     seed: int = Field(0, description="seed of every random choice")
     target_hist: tuple[float, ...] = Field(PDD_LIKE_HIST, description="fractions per hit bucket")
-    rate_rps: float = Field(4.0, gt=0, description="mean request arrival rate")
-    block_size: int = Field(512, ge=1)
+    rate_rps: float = Field(4.0, ge=1e-6, le=1e6, description="mean request arrival rate")
+    block_size: int = Field(512, ge=1, le=1_000_000)
     singular_share: float = Field(0.035, ge=0, le=1, description="share of singular flows")
     singular_input_tokens: tuple[int, int] = (32_768, 98_304)
     singular_output_tokens: tuple[int, int] = (1, 8)
     system_prompt_blocks: tuple[int, ...] = Field((16, 24, 32, 48), description="per agent type")
-    mean_turns: float = Field(12.0, ge=1)
-    think_time_median_s: float = Field(3.0, gt=0)
-    max_context_tokens: int = Field(131_072, ge=4096)
-    output_median_tokens: float = Field(250.0, gt=0)
-    output_sigma: float = Field(1.1, ge=0)
-    max_output_tokens: int = Field(8192, ge=1)
-    min_append_tokens: int = Field(16, ge=1, description="smallest user/tool message")
+    mean_turns: float = Field(12.0, ge=1, le=1e6)
+    think_time_median_s: float = Field(3.0, ge=1e-6, le=1e7)
+    max_context_tokens: int = Field(131_072, ge=4096, le=1_000_000_000)
+    output_median_tokens: float = Field(250.0, ge=1e-6, le=1e7)
+    output_sigma: float = Field(1.1, ge=0, le=10)
+    max_output_tokens: int = Field(8192, ge=1, le=10_000_000)
+    min_append_tokens: int = Field(16, ge=1, le=10_000_000, description="smallest user/tool message")
     warmup_s: float | None = Field(
         None, ge=0, le=86_400,
         description="seconds the session process runs, emitting nothing, before the first request, so the "
