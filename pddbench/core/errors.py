@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from netem.errors import InputError, UserError
 
-__all__ = ["InputError", "Interrupted", "RunFailed", "UserError"]
+__all__ = ["InputError", "Interrupted", "RunFailed", "SimulationStalled", "UserError"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -16,5 +16,13 @@ class Interrupted(KeyboardInterrupt):
 
 class RunFailed(UserError):
     """The run finished and wrote its folder, but nothing in it succeeded (exit 1)."""
+
+    exit_code = 1
+
+
+class SimulationStalled(UserError):
+    """The simulator's event loop stopped making progress (pddbench/sim/engine.py's watchdog): a
+    value at the edge of what the schema accepts, or a simulator bug. One line naming the stuck
+    request, exit 1, no folder left half-written."""
 
     exit_code = 1

@@ -82,7 +82,9 @@ def _naming(path: Path) -> Iterator[None]:
     except InputError:
         raise
     except UserError as exc:
-        raise UserError(f"{path}: {exc}") from None
+        named = UserError(f"{path}: {exc}")
+        named.exit_code = exc.exit_code  # a stalled simulation stays exit 1
+        raise named from None
 
 
 def simulable_requests(sc: Scenario, where: str, slowest_scale: float = 1.0) -> list:

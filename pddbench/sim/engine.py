@@ -20,10 +20,18 @@ LINK_DRAIN and DECODE_FINISH events also fire stale (a later change superseded t
 
 from __future__ import annotations
 
+import ctypes
 from heapq import heappop, heappush
 from typing import Any, Callable
 
-PROGRESS_EVERY = 0x4000  # events between two on_progress calls
+from pddbench.core.errors import SimulationStalled
+
+PROGRESS_EVERY = 0x4000  # events between two on_progress calls (and two checks for Ctrl-C)
+# The watchdog: this many events in a row at one simulated instant with none of the kinds that
+# move a request on (an arrival, a prefill step, a decode step) is a loop that cannot finish (e.g.
+# a transfer whose remaining time rounds to nothing); run() stops with SimulationStalled. run.py
+# raises it with the workload's size, so no finite run is ever stopped.
+STALL_EVENTS = 1_000_000
 
 # Event kinds (index into KIND_NAMES, the names the run summary's sim_events_by_kind uses).
 ARRIVAL = 0             # a request arrives: run.py on_arrival
@@ -51,11 +59,33 @@ KIND_NAMES = ("arrival", "prefill_step", "pull_start", "link_drain", "kv_at_busy
 N_KINDS = 14  # engine.pxd sizes its counters by it
 
 
+def _signal_check() -> Callable[[], int]:
+    """PyErr_CheckSignals, which runs a pending Ctrl-C's handler (KeyboardInterrupt) from C: the
+    compiled loop runs no Python bytecode, where the interpreter would otherwise hear it. A no-op
+    where the C API is not reachable (the interpreter hears it between bytecodes there)."""
+    try:
+        return ctypes.pythonapi.PyErr_CheckSignals  # a PyDLL function: an exception it sets is raised
+    except (AttributeError, OSError):  # pragma: no cover - an interpreter without the C API
+        return lambda: 0
+
+
+check_signals = _signal_check()
+
+
+class Stalled(SimulationStalled):
+    """The loop made no progress: `event` is what it ran last, (time, kind name, handler, args)."""
+
+    def __init__(self, message: str, event: tuple):
+        super().__init__(message)
+        self.event = event
+
+
 class EventLoop:
-    __slots__ = ("now", "_heap", "_seq", "events", "_by_kind")
+    __slots__ = ("now", "_heap", "_seq", "events", "_by_kind", "stall_events")
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.stall_events = STALL_EVENTS  # the watchdog's limit (run.py scales it to the workload)
         self._heap: list[tuple[float, int, int, Callable[..., Any], tuple]] = []
         self._seq = 0
         self.events = 0
@@ -102,6 +132,9 @@ class EventLoop:
         heap = self._heap
         events = self.events  # counted in a local, stored back however the loop ends
         every = PROGRESS_EVERY
+        last_t = self.now
+        idle = 0  # events in a row at last_t that moved no request on (the watchdog)
+        limit = self.stall_events
         try:
             while heap and heap[0][0] <= until:
                 t, _, kind, handler, args = heappop(heap)
@@ -109,8 +142,18 @@ class EventLoop:
                 handler(*args)
                 events += 1
                 self._by_kind[kind] += 1
-                if on_progress is not None and not events % every:
-                    on_progress(t)
+                if t > last_t or kind == ARRIVAL or kind == PREFILL_STEP or kind == DECODE_FINISH:
+                    last_t = t
+                    idle = 0
+                else:
+                    idle += 1
+                    if idle > limit:
+                        raise Stalled(f"{idle:,} events in a row at simulated time {t!r} ms (the last: "
+                                      f"{KIND_NAMES[kind]}) and no request moved on", (t, KIND_NAMES[kind], handler, args))
+                if not events % every:
+                    check_signals()  # Ctrl-C, heard in the compiled build too
+                    if on_progress is not None:
+                        on_progress(t)
         finally:
             self.events = events
 

@@ -18,6 +18,7 @@ import heapq
 import itertools
 import random
 from collections import deque
+from math import ulp
 from typing import Any, Callable
 
 from netem.link_model import bytes_per_ms, effective_delay_ms, effective_rate_gbps, predict_transfer_ms
@@ -115,6 +116,11 @@ class Link:
             return
         self._advance()
         eps = 1e-6 * max(1.0, self.service)
+        if self.active and self.rate_bytes_per_ms is not None:
+            # A remainder the line serves in less than simulated time's resolution at now (one
+            # ulp: tiny transfers late in a run, extreme rates) is served: its finish, now + its
+            # time, rounds to now, so waiting for it would reschedule this drain at now for ever.
+            eps = max(eps, ulp(self.loop.now) * self.rate_bytes_per_ms / self.active)
         while self._heap and (self._heap[0][2].cancelled or self._heap[0][0] <= self.service + eps):
             _, _, tr = heapq.heappop(self._heap)
             if tr.cancelled:

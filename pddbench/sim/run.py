@@ -11,7 +11,8 @@ import pandas as pd
 from pddbench.schema.scenario import Scenario
 from pddbench.sim.cluster import build_cluster, hardware_cost_per_hour
 from pddbench.sim.deployments import make_deployment
-from pddbench.sim.engine import ARRIVAL, EventLoop
+from pddbench.core.errors import SimulationStalled
+from pddbench.sim.engine import ARRIVAL, STALL_EVENTS, EventLoop, Stalled
 from pddbench.sim.request import SimRequest, records_frame
 from pddbench.workload.source import workload_requests
 from pddbench.workload.trace import Request
@@ -66,9 +67,12 @@ def _simulate(sc: Scenario, reqs: list[Request] | None,
 
     first = next(arrivals)
     loop.schedule(ARRIVAL, first.arrival_ms, on_arrival, first)
+    loop.stall_events = stall_limit(sc, len(reqs))
     interrupted = False
     try:
         loop.run(on_progress=(lambda t: on_progress(t, last_arrival)) if on_progress else None)
+    except Stalled as exc:
+        raise SimulationStalled(_stall_message(exc, sim_reqs)) from None
     except KeyboardInterrupt:
         interrupted = True  # keep what was simulated; unfinished requests are recorded as failed
         for r in sim_reqs:
@@ -89,3 +93,40 @@ def _simulate(sc: Scenario, reqs: list[Request] | None,
         "interrupted": interrupted,
     }
     return records, facts
+
+
+def stall_limit(sc: Scenario, n_requests: int) -> int:
+    """The watchdog's limit (engine.py): events in a row at one instant that move no request on.
+    A finite run has at most a few per request in flight and per Catch-Up round at one instant."""
+    return STALL_EVENTS + n_requests * (64 + 4 * sc.policy.catch_up_max_rounds)
+
+
+def _stall_message(exc: Stalled, sim_reqs: list[SimRequest]) -> str:
+    t, kind, handler, args = exc.event
+    stuck = _requests_in((getattr(handler, "__self__", None), args))
+    unfinished = [r for r in sim_reqs if not r.done]
+    if not stuck and unfinished:
+        stuck = [min(unfinished, key=lambda r: r.arrival_ms)]
+    who = (f"request {stuck[0].request_id} (arrived at {stuck[0].arrival_ms:.6g} ms, {len(unfinished):,} "
+           "unfinished) makes no progress" if stuck else "no request is in flight")
+    return (f"the simulation stalled: {exc}; {who}. A value at the edge of float precision "
+            "(a tiny size or huge rate) can do this: bring the scenario's extreme values nearer the usual ones")
+
+
+def _requests_in(obj: object, depth: int = 0) -> list[SimRequest]:
+    """The requests an event concerns: in its arguments, the state objects and transfers they hold,
+    and for a link's event the transfer at the head of its line."""
+    if depth > 4 or obj is None:
+        return []
+    if isinstance(obj, SimRequest):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [r for item in obj[:8] for r in _requests_in(item, depth + 1)]
+    found: list[SimRequest] = []
+    for attr in ("req", "args", "_heap"):  # a job or handoff state, a transfer, a link's line
+        value = getattr(obj, attr, None)
+        if attr == "_heap" and isinstance(value, list) and value:
+            value = min(value)[2:]  # the transfer due first: (target, seq, transfer)
+        if value is not None:
+            found += _requests_in(value, depth + 1)
+    return found
