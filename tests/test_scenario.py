@@ -30,7 +30,7 @@ def test_validation_error_names_file_line_field(tmp_path):
     path = _write(tmp_path, BASE.replace("tpot_ms: 80", "tpot_ms: -1"))
     with pytest.raises(InputError) as exc:
         load_scenario(path)
-    assert exc.value.field == "sla.tpot_ms" and exc.value.line == 8 and "greater than 0" in str(exc.value)
+    assert exc.value.field == "sla.tpot_ms" and exc.value.line == 8 and "valid range: 0.001 <= tpot_ms <= 1e+09" in str(exc.value)
 
 
 def test_unknown_key_refused(tmp_path):
