@@ -12,7 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pddbench", "netem")
 GROUND = ("pddbench._compiled", "pddbench.core.errors", "pddbench.core.io", "pddbench.core.loading", "pddbench.core.provenance", "pddbench.core.shipped", "pddbench.schema.scenario", "pddbench.schema.runtime_config", "pddbench.schema.ranges",
-          "pddbench.workload", "pddbench.cache", "pddbench.policy", "pddbench.metrics.records", "pddbench.metrics")
+          "pddbench.workload", "pddbench.cache", "pddbench.policy", "pddbench.metrics.records", "pddbench.metrics",
+          "pddbench.models")
 RUNTIMES = ("pddbench.sim", "pddbench.live")
 
 

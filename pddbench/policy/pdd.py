@@ -16,9 +16,15 @@ TOKEN_ID_BYTES = 4
 HANDOFF_HEADER_BYTES = 64
 
 
-def kv_transfer_bytes(tokens: int, kv_bytes_per_token: int, block_tokens: int = 1) -> int:
-    """Bytes a KV transfer of `tokens` moves: whole engine blocks (a partial last block too)."""
-    return -(-tokens // block_tokens) * block_tokens * kv_bytes_per_token
+def kv_transfer_bytes(tokens: int, kv_bytes_per_token: int, block_tokens: int = 1, window_tokens: int = 0,
+                      window_bytes_per_token: int = 0, fixed_bytes: int = 0) -> int:
+    """Bytes a KV transfer of `tokens` moves: whole engine blocks (a partial last block too) of the
+    full-attention layers' KV, and, for a hybrid model, its sliding-window layers' KV of at most
+    `window_tokens` tokens and its linear-attention layers' fixed state, sent once."""
+    nbytes = -(-tokens // block_tokens) * block_tokens * kv_bytes_per_token
+    if tokens > 0 and (window_bytes_per_token or fixed_bytes):
+        nbytes += min(tokens, window_tokens) * window_bytes_per_token + fixed_bytes
+    return nbytes
 
 
 def choose_pipeline(*, predicted_wan_kv_ms: float, ttft_sla_ms: float, budget_fraction: float,

@@ -17,6 +17,15 @@ class LatencyConfig(BaseModel):
     memory_efficiency: float = Field(0.7, ge=1e-6, le=1, description="achieved / peak memory bandwidth")
     prefill_overhead_ms: float = Field(4.0, ge=0, le=1e6, description="fixed cost per prefill step (scheduling, comms)")
     decode_overhead_ms: float = Field(3.0, ge=0, le=1e6, description="fixed cost per decode step")
+    layer_overhead_us: float = Field(
+        0.0, ge=0, le=1e6, description="fixed cost per layer per step: the small kernels (norms, rotary, "
+        "activation, residual adds) and launches; measured 35 us on H100, 22 us on A100 (docs/roofline.md)")
+    allreduce_latency_us: float = Field(
+        0.0, ge=0, le=1e6, description="start-up time of each tensor-parallel all-reduce (2 per layer on more "
+        "than one chip); measured 31 us on H100, 43 us on A100 (docs/roofline.md)")
+    measured_chip: Literal["h100", "a100"] | None = Field(
+        None, description="roofline: the real chip these terms were checked against (the scenario's chips are "
+        "scaled from it); the reproduction's answer states that check's error (pddbench model check)")
     calibration_csv: str | None = Field(
         None, description="for kind=calibrated: CSV with phase,tokens,attn_pairs,batch,kv_tokens,step_ms (and optionally cached_tokens)")
 

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_serializer, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.core.errors import InputError, UserError
 from pddbench.core.loading import is_stdin, load_yaml, load_yaml_value, read_text
 from pddbench.core.shipped import resolve_scenario, shipped_scenario_names
+from pddbench.models.architecture import Architecture, derive
+from pddbench.models.shipped import model_names, shipped_arch, shipped_model
 from pddbench.schema.ranges import with_range
 from pddbench.schema.runtime_config import LatencyConfig, LiveConfig, TwinCalibration, check_engines
 from pddbench.workload.fixed import FixedConfig
@@ -80,14 +82,22 @@ class Chip(_Strict):
 
 
 class Model(_Strict):
-    name: str
-    params_total_b: float = Field(gt=0)
-    params_active_b: float = Field(gt=0)
-    layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    kv_bytes_per_token: int = Field(ge=1, description="KV cache bytes per token, all layers")
+    """The served model: by its architecture (`arch`, the fields of a Hugging Face config.json; see
+    pddbench/models/architecture.py for what is derived from it) or by its sizes. A size given
+    beside `arch` overrides the derived one (e.g. kv_bytes_per_token for a quantized KV cache)."""
+    name: str = Field(min_length=1)
+    arch: Architecture | None = Field(
+        None, description="the architecture: a mapping of config.json fields, a shipped model's name, or a "
+        "config.json path; every size below left unset is derived from it")
+    params_total_b: float | None = Field(None, gt=0, le=1e6)
+    params_active_b: float | None = Field(None, gt=0, le=1e6)
+    layers: int | None = Field(None, ge=1, le=100_000)
+    hidden_size: int | None = Field(None, ge=1, le=10_000_000)
+    kv_bytes_per_token: int | None = Field(
+        None, ge=1, le=10**9, description="KV cache bytes per token of context, full-attention layers (all "
+        "layers of a model without sliding-window or linear attention)")
     attention: Literal["mha", "gqa", "mla"] = "gqa"
-    weight_bytes_per_param: float = Field(1.0, gt=0)
+    weight_bytes_per_param: float = Field(1.0, gt=0, le=16)
     experts_total: int | None = Field(
         None, ge=1, description="MoE: routed experts per layer; unset = the simulator's old bound: a decode step "
         "reads min(total, active x batch) parameters")
@@ -95,6 +105,61 @@ class Model(_Strict):
     params_shared_b: float | None = Field(
         None, ge=0, description="MoE: parameters every token uses (attention, embeddings, dense layers, shared "
         "experts); unset = derived so that shared + k/E x (total - shared) = params_active_b")
+    flops_per_token: float | None = Field(
+        None, gt=0, le=1e18, description="FLOPs of one token's matrix products; unset: 2 x params_active_b")
+    attn_flops_per_pair: float | None = Field(
+        None, gt=0, le=1e15, description="attention FLOPs per (query, key) pair, all layers; unset: 4 x layers x "
+        "hidden_size")
+    sliding_window_tokens: int = Field(0, ge=0, le=10**9, description="sliding-window layers keep this many tokens")
+    sliding_kv_bytes_per_token: int = Field(0, ge=0, le=10**9, description="KV bytes per token, sliding-window layers")
+    fixed_state_bytes: int = Field(0, ge=0, le=10**13, description="linear-attention state per request (bytes)")
+
+    @field_validator("arch", mode="before")
+    @classmethod
+    def _arch_by_name(cls, value: Any) -> Any:
+        return shipped_arch(value) if isinstance(value, str) else value
+
+    @model_serializer(mode="wrap")
+    def _derived_only_when_set(self, handler):
+        # a model given by its sizes saves as before: the architecture's fields appear only when used
+        data = handler(self)
+        if isinstance(data, dict):
+            if isinstance(data.get("arch"), dict):
+                data["arch"] = {k: v for k, v in data["arch"].items() if v is not None}
+            for key in ("arch", "flops_per_token", "attn_flops_per_pair"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+            for key in ("sliding_window_tokens", "sliding_kv_bytes_per_token", "fixed_state_bytes"):
+                if not data.get(key):
+                    data.pop(key, None)
+        return data
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "Model":
+        if self.arch is not None:
+            derived = derive(self.arch)
+            for key in ("params_total_b", "params_active_b", "kv_bytes_per_token", "flops_per_token",
+                        "attn_flops_per_pair", "experts_total", "experts_active"):
+                if getattr(self, key) is None:
+                    setattr(self, key, getattr(derived, key))
+            if self.layers is None:
+                self.layers = self.arch.num_hidden_layers
+            if self.hidden_size is None:
+                self.hidden_size = self.arch.hidden_size
+            if self.params_shared_b is None and derived.experts_total:
+                self.params_shared_b = derived.params_shared_b
+            if "attention" not in self.model_fields_set:
+                self.attention = derived.attention  # type: ignore[assignment]
+            for key in ("sliding_window_tokens", "sliding_kv_bytes_per_token", "fixed_state_bytes"):
+                if key not in self.model_fields_set:
+                    setattr(self, key, getattr(derived, key))
+        missing = [k for k in ("params_total_b", "params_active_b", "layers", "hidden_size", "kv_bytes_per_token")
+                   if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"model: give {', '.join(missing)}, or model.arch (a shipped model's name such as "
+                             f"{model_names()[0]}, a config.json path, or its fields), or name a shipped model: "
+                             f"model: NAME ({', '.join(model_names())})")
+        return self
 
     @model_validator(mode="after")
     def _moe(self) -> "Model":
@@ -234,6 +299,11 @@ class Scenario(_Strict):
         "left out of a saved scenario.yaml unless set")
     live: LiveConfig = Field(default_factory=LiveConfig, description="runtime: live settings")
 
+    @field_validator("model", mode="before")
+    @classmethod
+    def _shipped_model(cls, value: Any) -> Any:
+        return shipped_model(value) if isinstance(value, str) else value
+
     @model_serializer(mode="wrap")
     def _calibration_only_when_set(self, handler):
         # a scenario that never sets the twin's calibration does not list its defaults: they
@@ -298,6 +368,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         node = data
         for i, part in enumerate(path[:-1]):
             nxt = node.get(part)
+            if i == 0 and part == "model" and isinstance(nxt, str):
+                try:  # a shipped model named whole, then one of its fields set
+                    nxt = node[part] = shipped_model(nxt)
+                except ValueError as exc:
+                    raise UserError(f"--set '{text}': {exc}") from None
             if not isinstance(nxt, dict):
                 nxt = {} if nxt is None else nxt
                 if not isinstance(nxt, dict):

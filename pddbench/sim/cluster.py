@@ -31,7 +31,9 @@ def _roofline(sc: Scenario, pool: Pool) -> LatencyModel:
         layers=m.layers, hidden=m.hidden_size, cfg=sc.latency,
         experts_total=m.experts_total or 0, experts_active=m.experts_active or 0,
         shared_params=m.moe_shared_params_b() * 1e9 if m.experts_total else 0.0,
-        interconnect_bw=chip.interconnect_gbps * 1e9 / 8)
+        interconnect_bw=chip.interconnect_gbps * 1e9 / 8,
+        flops_per_token=m.flops_per_token or 0.0, attn_flops_per_pair=m.attn_flops_per_pair or 0.0,
+        state_bytes_per_seq=m.fixed_state_bytes + m.sliding_window_tokens * m.sliding_kv_bytes_per_token)
 
 
 LATENCY_MODELS: dict[str, Callable[[Scenario, Pool], LatencyModel]] = {"roofline": _roofline, "calibrated": _calibrated}

@@ -30,6 +30,9 @@ class Deployment:
         self.sc, self.c, self.loop = sc, cluster, cluster.loop
         assert sc.model is not None and sc.deployment is not None
         self.kv_bytes_per_token = sc.model.kv_bytes_per_token
+        self.window_tokens = sc.model.sliding_window_tokens
+        self.window_bytes_per_token = sc.model.sliding_kv_bytes_per_token
+        self.fixed_state_bytes = sc.model.fixed_state_bytes
         self.kv_block_tokens = sc.deployment.kv_block_tokens
         self.kind = sc.deployment.kind
         self.pull_at_step = sc.twin_calibration.kv_pull_at_decode_step
@@ -37,7 +40,8 @@ class Deployment:
         self.relay_busy_extra_ms = sc.twin_calibration.kv_pull_relay_busy_extra_ms
 
     def transfer_bytes(self, tokens: int) -> int:
-        return policy.kv_transfer_bytes(tokens, self.kv_bytes_per_token, self.kv_block_tokens)
+        return policy.kv_transfer_bytes(tokens, self.kv_bytes_per_token, self.kv_block_tokens, self.window_tokens,
+                                        self.window_bytes_per_token, self.fixed_state_bytes)
 
     def when_decoder_pulls(self, into: DecodeInstance, start, *args) -> None:
         """Call start(*args) when `into` would begin a pull: at once, or with

@@ -25,6 +25,13 @@ The roofline, per step of `tokens` tokens (decode: tokens = batch + extend_token
       comm_ms = 2 * layers * tokens * hidden * 2 B * 2 (n - 1) / n / (interconnect_gbps / 8 GB/s)
   It is added to the step, not overlapped with it; per-message latency is not modelled (it is
   part of the fixed overhead). Expert-parallel all-to-all traffic is not modelled separately.
+- Fixed per step: latency.prefill/decode_overhead_ms (scheduling), plus per layer
+  latency.layer_overhead_us (the small kernels: norms, rotary, activation, residual adds, launches)
+  and, on more than one chip, 2 x latency.allreduce_latency_us (each all-reduce's start-up). Both
+  are 0 unless set; pddbench/measure/roofline_check.py measures them on real GPUs (H100, A100).
+- A model given by its architecture (pddbench/models/architecture.py) brings its own FLOPs per
+  token, attention FLOPs per pair, and, for hybrid models, a fixed state per sequence that each
+  decode step reads.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ class Roofline:
     experts_active: int = 0
     shared_params: float = 0.0    # parameters every token reads (MoE)
     interconnect_bw: float = 0.0  # per chip, B/s; 0: no communication term
+    flops_per_token: float = 0.0      # 0: 2 x active params (a model given by its sizes)
+    attn_flops_per_pair: float = 0.0  # 0: 4 x layers x hidden
+    state_bytes_per_seq: float = 0.0  # hybrid models: the fixed state a decode step reads per sequence
     # Constant factors of the formulas, computed once (each step time is asked for per batch
     # change). Each is the same left-to-right product the formula would compute, so the step
     # times are bit-identical to evaluating the formulas in full.
@@ -92,20 +102,23 @@ class Roofline:
     _shared_bytes: float = field(init=False, repr=False, compare=False)
     _routed_bytes: float = field(init=False, repr=False, compare=False)  # all routed experts' bytes
     _comm_ms_per_token: float = field(init=False, repr=False, compare=False)
+    _fixed_ms: float = field(init=False, repr=False, compare=False)  # per-layer kernels + all-reduce latency
 
     def __post_init__(self) -> None:
         n = self.chips
         constants = {
             "_flops_per_s": self.chips * self.peak_flops * self.cfg.compute_efficiency,
             "_bytes_per_s": self.chips * self.mem_bw * self.cfg.memory_efficiency,
-            "_flops_per_token": 2.0 * self.active_params,
-            "_flops_per_attn_pair": 4.0 * self.layers * self.hidden,
+            "_flops_per_token": self.flops_per_token or 2.0 * self.active_params,
+            "_flops_per_attn_pair": self.attn_flops_per_pair or 4.0 * self.layers * self.hidden,
             "_weight_bytes": self.total_params * self.bytes_per_param,
             "_expert_miss": 1.0 - self.experts_active / self.experts_total if self.experts_total else 0.0,
             "_shared_bytes": self.shared_params * self.bytes_per_param,
             "_routed_bytes": (self.total_params - self.shared_params) * self.bytes_per_param,
             "_comm_ms_per_token": (2 * self.layers * self.hidden * ACTIVATION_BYTES * 2 * (n - 1) / n
                                    / self.interconnect_bw * 1e3) if n > 1 and self.interconnect_bw > 0 else 0.0,
+            "_fixed_ms": self.layers * (self.cfg.layer_overhead_us
+                                        + (2 * self.cfg.allreduce_latency_us if n > 1 else 0.0)) / 1e3,
         }
         for name, value in constants.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -133,7 +146,7 @@ class Roofline:
         weights = self.expert_weight_bytes(tokens) if self.experts_total else self._weight_bytes
         memory = weights / self._bytes_per_s * 1e3
         return ((memory if memory > compute else compute)  # = max(compute, memory)
-                + self._comm_ms_per_token * tokens + self.cfg.prefill_overhead_ms)
+                + self._comm_ms_per_token * tokens + self.cfg.prefill_overhead_ms + self._fixed_ms)
 
     def decode_ms(self, batch: int, kv_tokens: float, extend_tokens: int = 0) -> float:
         seqs = batch + extend_tokens
@@ -141,12 +154,12 @@ class Roofline:
             weights = self.expert_weight_bytes(seqs if seqs > 1 else 1)
         else:
             weights = min(self.total_params, self.active_params * (seqs if seqs > 1 else 1)) * self.bytes_per_param
-        mem = (weights + kv_tokens * self.kv_bytes_per_token) / self._bytes_per_s * 1e3
+        mem = (weights + kv_tokens * self.kv_bytes_per_token + seqs * self.state_bytes_per_seq) / self._bytes_per_s * 1e3
         flops = self._flops_per_token * seqs + self._flops_per_attn_pair * (
             extend_tokens * kv_tokens / (batch if batch > 1 else 1))
         compute = flops / self._flops_per_s * 1e3
         return ((compute if compute > mem else mem)  # = max(mem, compute)
-                + self._comm_ms_per_token * seqs + self.cfg.decode_overhead_ms)
+                + self._comm_ms_per_token * seqs + self.cfg.decode_overhead_ms + self._fixed_ms)
 
 
 def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""Model architectures: derived sizes (architecture.py) and the shipped models (shipped.py)."""
