@@ -204,7 +204,8 @@ def crossovers_cmd(
     axes: str = typer.Option("all", "--axes", help="Comma-separated assumptions to search (default all): sla.tpot_ms, "
                              "sla.ttft_ms, network.wan.rate_gbps, model.kv_bytes_per_token, chips.B.memory_bw_tbps, "
                              "workload.hit_mix_pdd_share, workload.synth.output_median_tokens, "
-                             "chips.B.price_per_hour, offered_load_fraction."),
+                             "chips.B.price_per_hour, offered_load_fraction, model (each shipped model: its "
+                             "gains at the shipped line and the line rate where they flip; `pddbench model list`)."),
     steps: int = typer.Option(4, "--steps", min=0, max=10, help="Bisection steps after a sign change between the "
                               "range's ends (each halves the bracket)."),
     requests: int = typer.Option(12_000, "--requests", min=50, max=limits.MAX_SYNTH_REQUESTS,
@@ -540,8 +541,72 @@ def serve_cmd(
     serve(front, scenario, set_, inventory, host, port, warm_up, log_file)
 
 
-model_app = typer.Typer(help="Models for live runs.", no_args_is_help=True)
+model_app = typer.Typer(help="Models: the shipped architectures and what the simulator derives from them "
+                        "(list, show), and the tiny model for live runs (tiny).", no_args_is_help=True)
 app.add_typer(model_app, name="model")
+
+
+@model_app.command("list")
+def model_list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The shipped models a scenario can name (`model: NAME`, or `--set model=NAME`)."""
+    from pddbench.report.model_card import model_list
+    rows = model_list()
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        state = f", {r['fixed_state_bytes']:,} B state/request" if r["fixed_state_bytes"] else ""
+        print(f"{r['name']:28s} {r['params_total_b']:8.1f}B total {r['params_active_b']:7.2f}B active "
+              f"{r['kv_bytes_per_token']:>9,} B KV/token{state}  (by its {r['given_by']})")
+
+
+@model_app.command("show")
+def model_show_cmd(
+    name: str = typer.Argument(..., help="A shipped model (`pddbench model list`) or a Hugging Face config.json."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The numbers the simulator derives from a model: parameters (total, active, shared, per
+    expert), weight bytes, FLOPs per token and per attention pair, KV bytes per token of the
+    full-attention layers, the fixed state of sliding-window and linear-attention layers, and the
+    WAN KV of a 1k, 32k and 128k-token request."""
+    from pddbench.report.model_card import format_card, model_card
+    card = model_card(name)
+    print(json.dumps(card, indent=1) if as_json else format_card(card))
+
+
+@model_app.command("check")
+def model_check_cmd(
+    scenario: str = typer.Option("paper/pdd", "--scenario", help="Scenario whose latency settings are checked "
+                                 "(its latency.measured_chip, else every measured chip)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The simulator's roofline against step times measured on real GPUs (Vidur's public H100 and
+    A100 per-layer profiles of dense Llama-family models, TP 1-8, 1-4096 tokens; the attention
+    kernel is not in them): its error at the scenario's latency settings, the terms fitted on two
+    models, and the fitted terms' error on the held-out models (docs/roofline.md)."""
+    from pddbench.measure.roofline_check import check
+    from pddbench.schema.scenario import load_scenario
+
+    lat = load_scenario(scenario).latency
+    if lat.kind != "roofline":
+        raise UserError(f"--scenario {scenario}: latency.kind is {lat.kind!r}; the check is of the roofline")
+    result = check(lat)
+    if as_json:
+        print(json.dumps(result, indent=1))
+        return
+    pct = lambda e: (f"median {100 * e['median_abs_error']:.1f} %, p90 {100 * e['p90_abs_error']:.1f} %, worst "
+                     f"{100 * e['worst_abs_error']:.1f} % ({e['steps']} steps, median signed "
+                     f"{100 * e['median_signed_error']:+.1f} %; decode steps: median "
+                     f"{100 * e['decode']['median_abs_error']:.1f} %)")
+    for chip, r in result.items():
+        f = r["fit"]
+        mark = " (the scenario's measured_chip)" if chip == lat.measured_chip else ""
+        print(f"{chip.upper()}{mark}: {r['source']}")
+        print(f"  at {scenario}'s settings: {pct(r['shipped_settings'])}")
+        print(f"  fitted on {len(r['models']) - len(r['held_out_models'])} models: compute efficiency "
+              f"{f['compute_efficiency']:g}, memory {f['memory_efficiency']:g}, {f['layer_overhead_us']:g} us a "
+              f"layer, {f['allreduce_latency_us']:g} us an all-reduce")
+        print(f"  fitted, on the {len(r['held_out_models'])} held-out models: {pct(r['fitted_held_out'])}")
 
 
 @model_app.command("tiny")

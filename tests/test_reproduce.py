@@ -118,10 +118,17 @@ def test_light_reproduce_writes_the_ledger(light_run):
     assert html.count("<tr class=") == len(CLAIMS) + len(prfaas) and "data:image/png;base64," in html
     # the answer first: at most ten lines, before the ledger, in the JSON, the markdown and the HTML
     answer = data["answer"]
-    assert 1 < len(answer) <= 10 and answer[0].startswith("**The answer** (light run: 2 seeds, 40 requests")
+    from pddbench.reproduce.answer import MAX_LINES
+
+    assert 1 < len(answer) <= MAX_LINES and answer[0].startswith("**The answer** (light run: 2 seeds, 40 requests")
     assert md.split("\n")[2:2 + len(answer)] == answer and md.index(answer[-1]) < md.index("## The ledger")
     assert html.index("id='answer'") < html.index("<table>") and "**" not in html.split("id='answer'")[1][:2000]
     assert any("throughput within sla" in line.lower() and "**inconclusive**" in line for line in answer)
+    # what the verdicts rest on: the model, the latency terms and their measured error on the H100
+    basis = data["basis"]
+    rests = next(line for line in answer if line.startswith("- What the verdicts rest on"))
+    assert basis["model"]["name"] in rests and basis["roofline_check"]["chip"] == "h100"
+    assert f"{100 * basis['roofline_check']['at_these_settings']['median_abs_error']:.1f} %" in rests
     for c in CLAIMS:  # every ledger line links to its details, and every link lands
         assert f"href='#claim-{c.id.replace('_', '-')}'" in html and f"id='claim-{c.id.replace('_', '-')}'" in html
     assert "req/s" in data["context"] and "Naive cross-DC TTFT p50/p90/p99" in data["context"]
@@ -157,7 +164,7 @@ def test_light_reproduce_states_its_crossovers(light_run):
     items = data["crossovers"]
     assert {(i["claim"], i["axis"]) for i in items} >= {("bcr_change", cx.PRICE_AXIS),
                                                           ("ttft_change_common", cx.LOAD_AXIS)}
-    assert set(data["crossover_search"]["not_searched"]) == set(cx.AXES)
+    assert set(data["crossover_search"]["not_searched"]) == set(cx.AXES) | {cx.MODEL_AXIS}
     best = {r["id"]: r for r in data["rows"]}
     caps = data["best_vs_best"]["capacities"]
     thr = [c[0]["throughput_within_sla_rps"] for c in (caps["best-pdd"], caps["best-same-dc-pd"])]

@@ -184,7 +184,10 @@ def test_kv_pull_at_decode_step_waits_for_the_decoders_step_end(name):
     ok = ~at_once["failed"] & ~at_step["failed"]
     leg = lambda rec: rec.loc[ok, "first_token_ms"] - rec.loc[ok, "prefill_end_ms"]
     assert (leg(at_step) > leg(at_once) + 1e-9).any()
-    assert leg(at_step).median() >= leg(at_once).median()
+    if name != "cross-dc-pd":
+        # over cross-DC PD's one shared WAN line a later pull also means fewer concurrent transfers, so
+        # other requests' legs shorten and the median can fall (it does at the H100 latency terms)
+        assert leg(at_step).median() >= leg(at_once).median()
 
 
 def test_second_prefill_for_md_costs_p_one_step_per_dual_path_request():

@@ -1,7 +1,8 @@
-"""The answer first: at most ten lines, generated from the ledger rows and the sensitivity map,
+"""The answer first: at most twelve lines, generated from the ledger rows and the sensitivity map,
 that open report.md, report.html and the terminal summary: whether the article's headline gains
-hold under the shipped assumptions, where on the map they hold, which assumptions move them most,
-and how sure the run is. Every word comes from the data; nothing here knows the article's numbers
+hold under the shipped assumptions, what they rest on (model, latency model and its error against
+real GPU measurements), where on the map they hold, which assumptions move them most, and how
+sure the run is. Every word comes from the data; nothing here knows the article's numbers
 beyond the claims table."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pandas as pd
 from pddbench.reproduce.ledger import Row, fmt
 from pddbench.reproduce.sensitivity import SHORT
 
-MAX_LINES = 10
+MAX_LINES = 12
 # the headline claims, in the order a reader asks them (the first of each pair that has a value)
 HEADLINE = (("throughput_change_best", "throughput_change"), ("ttft_change_best", "ttft_change"),
             ("bcr_change",), ("cost_per_token_change",))
@@ -100,6 +101,7 @@ def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
     or that none was in the ranges searched, and which axes this run did not search."""
     from pddbench.reproduce.crossovers import CLAIMS, axis_label
 
+    items = [i for i in items if i["axis"] != "model"]  # the model axis has its own line (model_line)
     if not items:
         return None
     found = [f"{CLAIMS[i['claim']].split(' (')[0]} at {axis_label(i['axis'])} = {i['value']:.3g} ({i['direction']})"
@@ -114,11 +116,32 @@ def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
     return text + "."
 
 
+def model_line(items: list[dict]) -> str | None:
+    """The model axis (crossovers.py): per shipped model, whether PDD's throughput and TTFT gains
+    hold at the shipped line and SLA, and the line rate where the throughput gain flips."""
+    models = [i for i in items if i["axis"] == "model"]
+    if not models:
+        return None
+    parts = []
+    for it in models:
+        thr, ttft, rate = it.get("throughput_change_pct"), it.get("ttft_change_pct"), it.get("rate") or {}
+        text = f"{it['model']} throughput {'n/a' if thr is None else f'{thr:+.0f} %'}, TTFT " \
+               f"{'n/a' if ttft is None else f'{ttft:+.0f} %'}"
+        if rate.get("value") is not None:
+            text += f", flips at {rate['value']:.3g} Gbit/s"
+        parts.append(text)
+    return "- By model (best vs best at the shipped line and SLA; TTFT at half the smaller capacity): " \
+        + "; ".join(parts) + "."
+
+
 def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int, requests: int, full: bool,
                  map_requests: int, min_requests: int, checks: list[dict | None] | None = None,
-                 crossovers: dict | None = None) -> list[str]:
+                 crossovers: dict | None = None, basis: dict | None = None) -> list[str]:
     """The answer block; `checks`: the convergence checks of the capacities behind verdicts;
-    `crossovers`: reproduce's crossover search (its items and the axes it did not search)."""
+    `crossovers`: reproduce's crossover search (its items and the axes it did not search);
+    `basis`: what the verdicts rest on (reproduce/basis.py)."""
+    from pddbench.reproduce.basis import basis_line
+
     by_id = {r.claim.id: r for r in rows}
     headline = []
     for ids in HEADLINE:
@@ -129,12 +152,17 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
     lines = [f"**The answer** ({'full' if full else 'light'} run: {seeds} seeds, {requests:,} requests a run; "
              f"sensitivity map: {len(df)} PDD points of {map_requests:,} requests): {headline_summary(headline)}."]
     lines += [headline_line(r) for r in headline]
+    if basis:
+        lines.append(basis_line(basis))
     for metric, subject, good in MAP_METRICS:
         line = where_line(df, axes, metric, subject, good, (crossovers or {}).get("crossovers"))
         if line:
             lines.append(line)
     if crossovers:
         line = crossover_line(crossovers["crossovers"], crossovers.get("not_searched", []))
+        if line:
+            lines.append(line)
+        line = model_line(crossovers["crossovers"])
         if line:
             lines.append(line)
     ranked = [(r["label"], r["spread_pct"]) for r in (crossovers or {}).get("axes_ranked", [])]

@@ -19,6 +19,9 @@ def crossover_figure(result: dict, title: str, path: Path) -> Path:
     fig, axs = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.6 * nrow + 0.8), squeeze=False)
     colors = dict(zip(cx.CLAIMS, plt.get_cmap("tab10").colors))
     for ax, name in zip(axs.flat, axes):
+        if name == cx.MODEL_AXIS:
+            _model_panel(ax, [i for i in items if i["axis"] == name])
+            continue
         for it in (i for i in items if i["axis"] == name):
             pts = sorted((p["value"], p["advantage_pct"]) for p in it["probes"] if p["advantage_pct"] is not None)
             if pts:
@@ -39,6 +42,22 @@ def crossover_figure(result: dict, title: str, path: Path) -> Path:
     fig.tight_layout()
     save_figure(fig, path)
     return path
+
+
+def _model_panel(ax, items: list[dict]) -> None:
+    """The model axis: each model's throughput gain along the WAN line rate (its bisection's probes)."""
+    for it in items:
+        pts = sorted((p["value"], p["advantage_pct"]) for p in it["rate"]["probes"] if p["advantage_pct"] is not None)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=it["model"])
+        if it["rate"]["value"] is not None:
+            ax.axvline(it["rate"]["value"], color=ax.lines[-1].get_color() if ax.lines else "black", ls="--", lw=1)
+    ax.axvline(cx.AXES[cx.RATE_AXIS].shipped, color="grey", ls=":", lw=1, label="shipped line")
+    ax.set_xscale("log")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("WAN line rate (Gbit/s), per model", fontsize="small")
+    ax.set_ylabel("PDD's throughput gain (%), best vs best", fontsize="small")
+    ax.legend(fontsize="xx-small")
 
 
 def frontier_figure(front: dict, title: str, path: Path) -> Path:

@@ -116,7 +116,8 @@ def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict
             found[v] = {d: best[d][0] for d in cx.DEPLOYMENTS}
             out.append(_advantage(claim, best["pdd"][1], best["same-dc-pd"][1]))
             split = lambda d: f"{label(cl.candidates(d)[best[d][0]])} {best[d][1]['throughput_within_sla_rps']:.3g} req/s"
-            say(f"{axis.name} = {v:.4g}{f', {at[0].name} = {at[1]:.4g}' if at else ''}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
+            held = f", {at[0].name} = {at[1]:.4g}" if at and not isinstance(at[1], str) else (f", {at[1]}" if at else "")
+            say(f"{axis.name} = {v:.4g}{held}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
                 + ("not measurable" if out[-1] is None else f"{out[-1]:+.1f} %"))
         return out
 
@@ -173,6 +174,11 @@ def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, request
                 "the price changes no capacity"))
         elif name == cx.LOAD_AXIS:
             items.append(_load_crossover(cl, best_at, steps, fixed))
+        elif name == cx.MODEL_AXIS:
+            for model in cx.axis_models():
+                items.append(_model_item(cl, model, steps, start, fixed, say))
+                if on_axis:
+                    on_axis(_result(cl, items, spreads, best_at, requests, iterations, steps))
         if on_axis:
             on_axis(_result(cl, items, spreads, best_at, requests, iterations, steps))
     return _result(cl, items, spreads, best_at, requests, iterations, steps)
@@ -191,6 +197,48 @@ def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: 
                          "chips_per_instance": cx.SIZE, "capacity_searches": cl.searches}}
 
 
+def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixed: str,
+                say: Callable[[str], None]) -> dict:
+    """One model of the model axis: the best splits at the shipped line and SLA with `model=NAME`,
+    PDD's throughput change there, its mean-TTFT change at half the smaller capacity, and the WAN
+    line rate at which the throughput change flips (bisection, the rate axis's range)."""
+    choice = cx.ModelChoice()
+    say(f"model {model}: best splits at the shipped values")
+    jobs = {d: (d, tuple(choice.overrides(model))) for d in cx.DEPLOYMENTS}
+    res = cl.best({jobs[d]: start[d] for d in cx.DEPLOYMENTS})
+    best = {d: res[jobs[d]] for d in cx.DEPLOYMENTS}
+    thr = _advantage("throughput_change_best", best["pdd"][1], best["same-dc-pd"][1])
+    ttft = _ttft_changes(cl, {d: (jobs[d], best[d][0]) for d in cx.DEPLOYMENTS},
+                         min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS),
+                         [cx.MODEL_LOAD_FRACTION])[0]
+    rate_axis = cx.AXES[cx.RATE_AXIS]
+    found = _axis_search(cl, rate_axis, "throughput_change_best", steps, {d: best[d][0] for d in cx.DEPLOYMENTS},
+                         {}, say, (choice, model))  # type: ignore[arg-type]
+    rate = cx.entry("throughput_change_best", cx.RATE_AXIS, found, (rate_axis.lo, rate_axis.hi), fixed,
+                    f"bisection, {steps} steps on a log scale")
+    return {"claim": "throughput_change_best", "axis": cx.MODEL_AXIS, "model": model, "value": None,
+            "range": [rate_axis.lo, rate_axis.hi], "direction": "", "fixed": fixed, "bracket": None,
+            "how": "best splits at the shipped values with model=NAME; TTFT at half the smaller capacity",
+            "probes": [], "throughput_change_pct": thr, "ttft_change_pct": ttft, "rate": rate,
+            "splits": {d: label(cl.candidates(d)[best[d][0]]) for d in cx.DEPLOYMENTS}}
+
+
+def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, fractions: list[float]) -> list[float | None]:
+    """PDD's mean-TTFT change against same-DC PD's (%, negative: PDD faster) at loads that are
+    `fractions` of `smaller` req/s, each deployment on its job's split `at[d]`."""
+    if not smaller:
+        return [None for _ in fractions]
+    payloads = []
+    for f in fractions:
+        for d in cx.DEPLOYMENTS:
+            job, index = at[d]
+            sc = with_split(cl.scenario(job), cl.candidates(d)[index])
+            sc.workload.rate_scale = rate_scale_for(f * smaller, cl.offered_rps(d))
+            payloads.append(_payload(sc, "simulate", cl.cfg))
+    s = results_in_order(cl.ex, payloads, "summary", lambda i: f"TTFT at load fraction {fractions[i // 2]:g}")
+    return [change(s[2 * i + 1]["ttft_ms"]["mean"], s[2 * i]["ttft_ms"]["mean"]) for i in range(len(fractions))]
+
+
 def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
     """Where PDD's mean TTFT goes below same-DC PD's as the common load rises (both best splits
     of the shipped values, loads as fractions of the smaller capacity)."""
@@ -201,19 +249,9 @@ def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
         return cx.entry("ttft_change_common", cx.LOAD_AXIS, found, cx.LOAD_RANGE, fixed, "")
 
     def advantage(fractions: list[float]) -> list[float | None]:
-        payloads = []
-        for f in fractions:
-            for d in cx.DEPLOYMENTS:
-                sc = with_split(cl.scenario((d, ())), cl.candidates(d)[best_at[d][0]])
-                sc.workload.rate_scale = rate_scale_for(f * smaller, cl.offered_rps(d))
-                payloads.append(_payload(sc, "simulate", cl.cfg))
-        s = results_in_order(cl.ex, payloads, "summary", lambda i: f"TTFT at load fraction {fractions[i // 2]:g}")
-        out = []
-        for i in range(len(fractions)):
-            same, pdd = s[2 * i], s[2 * i + 1]
-            ch = change(pdd["ttft_ms"]["mean"], same["ttft_ms"]["mean"])
-            out.append(None if ch is None else -ch)  # positive: PDD's TTFT lower, the article's way
-        return out
+        at = {d: ((d, ()), best_at[d][0]) for d in cx.DEPLOYMENTS}
+        # positive: PDD's TTFT lower, the article's way
+        return [None if ch is None else -ch for ch in _ttft_changes(cl, at, smaller, fractions)]
 
     found = cx.bisect(advantage, *cx.LOAD_RANGE, steps, False)
     return cx.entry("ttft_change_common", cx.LOAD_AXIS, found, cx.LOAD_RANGE,
@@ -288,7 +326,7 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
     offered load (runs only); --full every axis."""
     from pddbench.sweep.executors import make_executor
 
-    every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS]
+    every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS, cx.MODEL_AXIS]
     axes = every if cfg.full else [cx.PRICE_AXIS, cx.LOAD_AXIS]
     with make_executor(cfg.jobs, cfg.ray) as ex:
         res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,

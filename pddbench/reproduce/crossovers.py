@@ -77,6 +77,30 @@ AXES = {a.name: a for a in (
     Axis("workload.hit_mix_pdd_share", "hit mix (share of the PDD-like mix)", 0.0, 1.0, False, False, 1.0),
     Axis("workload.synth.output_median_tokens", "output median (tokens)", 50, 2000, True, False, 250),
 )}
+MODEL_AXIS = "model"  # categorical: each shipped model in turn (pddbench/models/shipped/)
+MODEL_LOAD_FRACTION = 0.5  # the model axis's common load for the TTFT claim: half the smaller capacity
+RATE_AXIS = "network.wan.rate_gbps"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model axis's value holder for a frontier-style search: `--set model=NAME` on both
+    deployments (the model changes both)."""
+    name: str = MODEL_AXIS
+    pdd_only: bool = False
+
+    def overrides(self, value: str) -> list[str]:
+        return [f"model={value}"]
+
+
+def axis_models() -> list[str]:
+    """The models the model axis visits: every shipped model given by its architecture, and the
+    article's two KV variants of the assumed model."""
+    from pddbench.models.shipped import model_names, shipped_model
+
+    return [n for n in model_names() if "arch" in shipped_model(n) or n.startswith("assumed-")]
+
+
 PRICE_AXIS = "chips.B.price_per_hour"
 LOAD_AXIS = "offered_load_fraction"
 LOAD_RANGE = (0.05, 0.95)
@@ -157,13 +181,17 @@ def price_crossover(pdd: dict, same: dict, pdd_chips_b: int, price_now: float, r
 def axis_label(axis: str) -> str:
     if axis in AXES:
         return AXES[axis].label
-    return {PRICE_AXIS: "chip B price ($/h)", LOAD_AXIS: "offered load (fraction of the smaller capacity)"}.get(axis, axis)
+    return {PRICE_AXIS: "chip B price ($/h)", LOAD_AXIS: "offered load (fraction of the smaller capacity)",
+            MODEL_AXIS: "model"}.get(axis, axis)
 
 
 def words(items: list[dict]) -> list[str]:
     """One sentence per crossover, generated from the search."""
     out = []
     for it in items:
+        if it["axis"] == MODEL_AXIS:
+            out.append(model_words(it))
+            continue
         what, axis = CLAIMS[it["claim"]], axis_label(it["axis"])
         lo, hi = it["range"]
         if it["value"] is None:
@@ -173,6 +201,19 @@ def words(items: list[dict]) -> list[str]:
             where = f"{it['value']:.3g}" if a == b else f"{it['value']:.3g} (between {a:.3g} and {b:.3g})"
             out.append(f"{what} changes sign at {axis} = {where}: {it['direction']}.")
     return out
+
+
+def model_words(it: dict) -> str:
+    """One sentence for one model of the model axis."""
+    thr, ttft, rate = it.get("throughput_change_pct"), it.get("ttft_change_pct"), it.get("rate")
+    held = lambda v, good: "not measurable" if v is None else f"{v:+.1f} % ({'holds' if good(v) else 'does not hold'})"
+    text = (f"model {it['model']}: at the shipped line and SLA PDD's throughput within SLA {held(thr, lambda v: v > 0)}, "
+            f"its mean TTFT at half the smaller capacity {held(ttft, lambda v: v < 0)}")
+    if rate:
+        text += (f"; the throughput gain changes sign at a WAN line of {rate['value']:.3g} Gbit/s ({rate['direction']})"
+                 if rate["value"] is not None else f"; along the WAN line rate ({rate['range'][0]:g} .. "
+                 f"{rate['range'][1]:g} Gbit/s) no sign change: {rate['direction']}")
+    return text + "."
 
 
 def frontier_values(name: str, points: int) -> list[float]:
@@ -206,7 +247,7 @@ def frontier_words(front: dict) -> str:
 
 def parse_axes(text: str) -> list[str]:
     """The comma-separated axis names of `--axes` ('all': every one), each checked."""
-    known = [*AXES, PRICE_AXIS, LOAD_AXIS]
+    known = [*AXES, PRICE_AXIS, LOAD_AXIS, MODEL_AXIS]
     if text.strip() == "all":
         return known
     names = [t.strip() for t in text.split(",") if t.strip()]
@@ -230,6 +271,8 @@ def estimated_searches(axes: list[str], steps: int, frontier: tuple[str, str] | 
     for a in axes:
         if a in AXES:
             n += (2 + 2 * steps) * 3 * (1 if AXES[a].pdd_only else 2)
+        elif a == MODEL_AXIS:  # per model: both climbs at the shipped values, then the line rate's bisection
+            n += len(axis_models()) * (6 + (2 + steps) * 3 * 2)
     if frontier:
         n += points * (2 + steps) * 3 * (1 if all(AXES[a].pdd_only for a in frontier) else 2)
     return n

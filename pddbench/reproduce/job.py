@@ -397,9 +397,13 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     comparison = comparison_words(sim, common)
     full_context = (f"{context}\n\n{comparison}\n\nCrossovers: {' '.join(crossing['words'])}\n\nSensitivity map ({len(sens)} PDD points, axes {', '.join(axes)}): "
                     f"{map_words}")
+    from pddbench.reproduce.basis import basis
+    from pddbench.schema.scenario import load_scenario
+
+    rests_on = basis(load_scenario(PAPER / "pdd.yaml"))
     answer = answer_lines(rows, sens, axes, cfg.seeds, cfg.requests, cfg.full, cfg.map_requests, MIN_REQUESTS,
-                          list(conv.values()), crossing)
-    write_json(out / "reproduce.json", {"answer": answer, "crossovers": crossing["crossovers"],
+                          list(conv.values()), crossing, rests_on)
+    write_json(out / "reproduce.json", {"answer": answer, "basis": rests_on, "crossovers": crossing["crossovers"],
                                         "crossover_search": {k: v for k, v in crossing.items() if k != "crossovers"},
                                         "convergence": {
         "bound_pct": CONVERGED_PCT, "by_claim": {cid: [conv.get(n) for n in names] for cid, names in CONVERGENCE_CLAIMS.items()}},
