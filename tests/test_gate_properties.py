@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pddbench.core.errors import UserError
 from pddbench.gate.inputs import flatten, why_not_number
-from pddbench.gate.rules import parse_rules
+from pddbench.gate.rules import MAX_ABS, MAX_REL, parse_rules
 from tests.inprocess import cli
 from tests.test_gate import edited_run
 
@@ -144,6 +144,8 @@ tolerance = st.one_of(
 
 
 def _accepted(value, percent_ok: bool) -> bool:
+    """percent_ok: a rel (a fraction or a percentage, at most MAX_REL); else an abs (at most MAX_ABS)."""
+    hi = MAX_REL if percent_ok else MAX_ABS
     if isinstance(value, bool) or value is None:
         return False
     if isinstance(value, str):
@@ -154,10 +156,10 @@ def _accepted(value, percent_ok: bool) -> bool:
             number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
         except ValueError:
             return False
-        return math.isfinite(number) and number >= 0
+        return math.isfinite(number) and 0 <= number <= hi
     if isinstance(value, (int, float)):
         try:
-            return math.isfinite(float(value)) and value >= 0
+            return math.isfinite(float(value)) and 0 <= value <= hi
         except OverflowError:
             return False
     return False
@@ -197,7 +199,7 @@ def test_rules_file_tolerances_through_the_cli(small_run, rel, ab):
         rules = Path(tmp) / "rules.yaml"
         rules.write_text(f"rules:\n  ttft_ms.p90: {{worse: up, rel: {_yaml_number(rel)}, abs: {_yaml_number(ab)}}}\n")
         res = cli("gate", small_run, "--baseline", small_run, "--rules", rules, "--history", Path(tmp) / "h")
-    ok = all(math.isfinite(x) and x >= 0 for x in (rel, ab))
+    ok = all(math.isfinite(x) and 0 <= x <= hi for x, hi in ((rel, MAX_REL), (ab, MAX_ABS)))
     event("accepted" if ok else "refused")
     assert res.code == (0 if ok else 2), (rel, ab, res.err)
     if not ok:

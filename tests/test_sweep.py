@@ -51,7 +51,7 @@ def _run(path: Path, out: Path, jobs: int, **kw) -> Path:
     ("base: paper/pdd\nrepeats: 0\n", 2, "repeats", "greater than or equal to 1"),
     ("base: paper/pdd\naxes:\n  zip:\n    sla.tpot_ms: [80, 100]\n    sla.ttft_ms: [1000]\n", 5,
      "axes.zip.sla.ttft_ms", "equal lengths"),
-    ("base: paper/pdd\naxes:\n  sla.tpot_ms: [80, -1]\n", 3, "axes.sla.tpot_ms", "greater than 0"),
+    ("base: paper/pdd\naxes:\n  sla.tpot_ms: [80, -1]\n", 3, "axes.sla.tpot_ms", "valid range: 0.001 <= tpot_ms"),
     ("base: paper/pdd\naxes:\n  slaa.tpot_ms: [80]\n", 3, "axes.slaa.tpot_ms", "not permitted"),
     ("base: paper/pdd\naxes:\n  network.wan: [cross-city-10g, no-such-line]\n", 3, "axes.network.wan", "no such link profile"),
     ("base: paper/pdd\naxes:\n  seed: [1, 2]\n", 3, "axes.seed", "repeats"),

@@ -694,13 +694,65 @@ def load_config(config: Path, parts: list[str]) -> dict:
     """The nightly config (strict YAML): a mapping with `baselines` and a section per part to run."""
     from pddbench.core.loading import read_text
 
-    cfg = load_yaml(read_text(config, "nightly config"), str(config))
+    text = read_text(config, "nightly config")
+    cfg = load_yaml(text, str(config))
     if not isinstance(cfg, dict):
         raise UserError(f"{config}: expected a mapping with baselines: and a section per part ({', '.join(PARTS)})")
     for key in ("baselines", *parts):
         if key not in cfg:
             raise UserError(f"{config}: no '{key}' section; add it (scenarios/gate/nightly.yaml shows each)")
+    check_numbers(cfg, config, text, parts)
     return cfg
+
+
+# The config's numeric fields (section, key) and their valid range (low, low included, high,
+# high included, whole number): each checked before any part runs.
+NUMBERS = {("bench", "max_slowdown_pct"): (0, False, 1000, True, False),
+           ("fidelity", "margin_pct"): (0, True, 1000, False, False)}
+MAX_NIGHTLY_REPEATS = 100  # as `run --max-repeats`
+
+
+def check_numbers(cfg: dict, config: Path, text: str, parts: list[str]) -> None:
+    """Every numeric field of the parts to run: a finite number within its range (repeats: a whole
+    number from 1 to MAX_NIGHTLY_REPEATS), else refused naming the file, line, field and range."""
+    from pddbench.schema.scenario import yaml_line
+
+    def check(loc: tuple, value, lo, lo_in, hi, hi_in, whole) -> None:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float))
+        if ok:
+            try:
+                x = float(value)
+            except OverflowError:
+                x = math.inf
+            ok = (math.isfinite(x) and (x >= lo if lo_in else x > lo) and (x <= hi if hi_in else x < hi)
+                  and (not whole or x.is_integer()))
+        if not ok:
+            name, line, field = loc[-1], yaml_line(text, loc)[0], ".".join(map(str, loc))
+            raise UserError(f"{config}{f':{line}' if line else ''}: field '{field}': {value!r} is not "
+                            f"{'a whole' if whole else 'a finite'} number in range; valid range: "
+                            f"{lo:g} {'<=' if lo_in else '<'} {name} {'<=' if hi_in else '<'} {hi:g}")
+
+    for (section, key), rng in NUMBERS.items():
+        block = cfg.get(section)
+        if section in parts and isinstance(block, dict) and key in block:
+            check((section, key), block[key], *rng)
+    for section in ("live", "fidelity"):
+        block = cfg.get(section)
+        if section not in parts or not isinstance(block, dict):
+            continue
+        if "repeats" in block:
+            check((section, "repeats"), block["repeats"], 1, True, MAX_NIGHTLY_REPEATS, True, True)
+        entries = block.get("scenarios")
+        for name, entry in (entries.items() if isinstance(entries, dict) else []):
+            if isinstance(entry, dict) and "repeats" in entry:
+                check((section, "scenarios", name, "repeats"), entry["repeats"], 1, True, MAX_NIGHTLY_REPEATS, True,
+                      True)
+    if "fidelity" in parts and isinstance(cfg.get("fidelity"), dict):
+        try:
+            fidelity_rule(cfg["fidelity"])  # the gated percentiles: ones `pddbench fidelity` reports
+        except UserError as exc:
+            line = yaml_line(text, ("fidelity", "percentiles"))[0]
+            raise UserError(f"{config}{f':{line}' if line else ''}: {exc}") from None
 
 
 def nightly(config: Path, out: Path, only: list[str], update: bool, lock: str | None, history: Path | None,

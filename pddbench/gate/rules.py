@@ -31,6 +31,9 @@ from pddbench.core.errors import UserError
 DEFAULT_RULES = Path(__file__).resolve().parent / "default_rules.yaml"
 KINDS = ("run", "capacity", "sweep")  # what `for:` may name (see GateInput.measures)
 MAX_BOOTSTRAP = 100_000  # beyond this the resample arrays no longer fit in memory
+MAX_REL = 100.0  # 10,000 % of the baseline: past it a tolerance passes any change (and rel * |baseline| overflows)
+MAX_ABS = 1e18   # in the metric's unit: past any count of bytes, requests or milliseconds a run measures
+MAX_SEED = 2 ** 63 - 1
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,16 @@ class RuleSet:
 
 
 def _finite(number, what: str, value, where: str) -> float:
-    """A tolerance: finite and >= 0 (NaN would compare false to everything and pass any change;
-    inf would tolerate anything)."""
+    """A tolerance: finite, >= 0 and not absurd (NaN would compare false to everything and pass
+    any change; inf, or 1e300, would tolerate anything)."""
     try:
         number = float(number)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number) or number < 0:
-        raise UserError(f"{where}: {what} must be a finite number >= 0, not {value!r}")
+    hi = MAX_REL if what == "rel" else MAX_ABS
+    if not math.isfinite(number) or not 0 <= number <= hi:
+        raise UserError(f"{where}: {what} must be a finite number >= 0, not {value!r}; valid range: "
+                        f"0 <= {what} <= {hi:g}" + (f" ({hi * 100:,.0f}%)" if what == "rel" else ""))
     return number
 
 
@@ -133,7 +138,15 @@ def _rule(metric: str, spec, where: str) -> tuple[Rule, Rule]:
     return base, live_rule
 
 
-def parse_rules(data, source: str) -> RuleSet:
+def parse_rules(data, source: str, text: str | None = None) -> RuleSet:
+    """The rules in `data` (read from `source`; with its `text`, refusals name the line too)."""
+
+    def at(*loc) -> str:
+        from pddbench.schema.scenario import yaml_line
+
+        line = yaml_line(text, loc)[0] if text is not None else None
+        return f"{source}:{line}" if line else source
+
     if not isinstance(data, dict) or not isinstance(data.get("rules"), dict) or not data["rules"]:
         raise UserError(f"{source}: a rules file needs a non-empty 'rules:' mapping of metric -> rule")
     unknown = set(data) - {"rules", "confidence", "bootstrap", "seed"}
@@ -144,16 +157,19 @@ def parse_rules(data, source: str) -> RuleSet:
     for metric, spec in data["rules"].items():
         if not isinstance(metric, str) or not metric.strip():
             raise UserError(f"{source}: rules: {metric!r} is not a metric name (a summary key such as ttft_ms.p90)")
-        rules[metric], live[metric] = _rule(metric, spec, f"{source}: rules.{metric}")
+        rules[metric], live[metric] = _rule(metric, spec, f"{at('rules', metric)}: rules.{metric}")
     conf = data.get("confidence", 0.95)
     if not isinstance(conf, (int, float)) or isinstance(conf, bool) or not 0.5 <= conf < 1:
-        raise UserError(f"{source}: confidence must be in [0.5, 1), not {conf!r}")
+        raise UserError(f"{at('confidence')}: confidence must be in [0.5, 1), not {conf!r}; valid range: "
+                        "0.5 <= confidence < 1")
     boot = data.get("bootstrap", 2000)
     if not isinstance(boot, int) or isinstance(boot, bool) or not 100 <= boot <= MAX_BOOTSTRAP:
-        raise UserError(f"{source}: bootstrap must be an integer from 100 to {MAX_BOOTSTRAP:,}, not {boot!r}")
+        raise UserError(f"{at('bootstrap')}: bootstrap must be an integer from 100 to {MAX_BOOTSTRAP:,}, not "
+                        f"{boot!r}; valid range: 100 <= bootstrap <= {MAX_BOOTSTRAP:,}")
     seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise UserError(f"{source}: seed must be an integer >= 0, not {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"{at('seed')}: seed must be an integer >= 0, not {seed!r}; valid range: 0 <= seed <= "
+                        f"{MAX_SEED:,}")
     return RuleSet(rules, live, float(conf), boot, seed, source)
 
 
@@ -164,4 +180,5 @@ def load_rules(path: Path | None = None) -> RuleSet:
     path = Path(path or DEFAULT_RULES)
     if not path.exists():
         raise UserError(f"{path}: rules file not found")
-    return parse_rules(load_yaml(read_text(path, "rules file"), str(path)), str(path))
+    text = read_text(path, "rules file")
+    return parse_rules(load_yaml(text, str(path)), str(path), text)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,24 +33,28 @@ METRICS = {  # claim metric -> where its per-seed value comes from
     "wan_kv_bytes_per_request": "common load", "wan_egress_gbps": "common load",
 }
 MAX_DESIGNS = 8
+MAX_BUDGET_CHIPS = 1_000_000  # chips of one kind in a budget: far past any cluster, within what splits count
+MAX_CHIPS_PER_INSTANCE = 4096  # the scenario's own bound on deployment.<pool>.chips_per_instance (as optimize's)
+Chips = Annotated[int, Field(ge=1, le=MAX_BUDGET_CHIPS)]
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086)  # Student t, 97.5 %, 1..20 degrees of freedom
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DesignEntry(_Strict):
     scenario: str = Field(description="scenario YAML, relative to the spec file (or a shipped name)")
-    budget: dict[str, int] | None = Field(None, description="chips per kind for this design (default: the spec's)")
+    budget: dict[str, Chips] | None = Field(None, description="chips per kind for this design (default: the spec's)")
 
 
 class ClaimEntry(_Strict):
     id: str = Field(pattern=r"^[a-z0-9_]+$")
     figure: str
-    article: float = Field(allow_inf_nan=False, description="the paper's figure: a finite % change")
-    tolerance: float = Field(10.0, ge=0, allow_inf_nan=False)
+    # a relative change of a non-negative metric: -100 % (to nothing) .. +1e6 % (10,000 x)
+    article: float = Field(ge=-100, le=1e6, description="the paper's figure: a finite % change")
+    tolerance: float = Field(10.0, ge=0, le=1000, description="percentage points either side of article")
     metric: Literal[tuple(METRICS)]  # type: ignore[valid-type]
     design: str
     against: str
@@ -59,12 +63,12 @@ class ClaimEntry(_Strict):
 class DesignsSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    budget: dict[str, int]
-    sizes: list[int] = Field([8], min_length=1, max_length=16)
+    budget: dict[str, Chips]
+    sizes: list[Annotated[int, Field(ge=1, le=MAX_CHIPS_PER_INSTANCE)]] = Field([8], min_length=1, max_length=16)
     requests: int = Field(12_000, ge=50, le=1_000_000)
     seeds: int = Field(3, ge=1, le=20)
     iterations: int = Field(7, ge=1, le=20)
-    load_fraction: float = Field(0.5, gt=0, lt=1)
+    load_fraction: float = Field(0.5, ge=0.001, lt=1)  # of the smallest capacity: below 0.1 % nothing queues
     reference: str
     designs: dict[str, DesignEntry] = Field(min_length=2, max_length=MAX_DESIGNS)
     claims: list[ClaimEntry] = []
@@ -74,6 +78,7 @@ def load_spec(path: Path, overrides: dict | None = None) -> tuple[DesignsSpec, d
     """The spec (with `overrides` of its fields, e.g. reproduce's requests and seeds) and each
     design's seed-0 scenario; refused in one line (file, line, field)."""
     from pddbench.core.loading import load_yaml, read_text
+    from pddbench.schema.ranges import with_range
     from pddbench.schema.scenario import clean_loc, clean_msg, yaml_line
 
     text = read_text(path, "designs spec")
@@ -88,8 +93,9 @@ def load_spec(path: Path, overrides: dict | None = None) -> tuple[DesignsSpec, d
         spec = DesignsSpec.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise error(clean_loc(err["loc"]), clean_msg(err["msg"])) from None
-    if overrides:
+        loc = clean_loc(err["loc"])
+        raise error(loc, with_range(DesignsSpec, loc, clean_msg(err["msg"]))) from None
+    if overrides:  # reproduce's own settings (its tiny test runs go below the spec's 50 requests)
         spec = spec.model_copy(update=overrides)
     for chip, n in spec.budget.items():
         if n < 1:

@@ -35,6 +35,7 @@ from pddbench.core.loading import load_yaml, read_text
 from pddbench.schema.scenario import (Scenario, clean_loc, clean_msg, numbers, read_yaml, resolve_beside, where,
                                yaml_line)
 from pddbench.core.shipped import resolve_scenario, resolve_sweep
+from pddbench.schema.ranges import with_range
 from pddbench.sweep.payload import FILE_FIELDS, ship_scenario
 
 MAX_POINTS = MAX_SWEEP_POINTS  # the default; `sweep --max-points` raises it
@@ -42,7 +43,7 @@ SEED_PATHS = ("seed", "workload.synth.seed")  # set by the repeat number
 
 
 class _Strict(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
 
 class CapacityOptions(_Strict):
@@ -309,7 +310,8 @@ def load_sweep(path: str | Path, max_points: int = MAX_SWEEP_POINTS, max_hours: 
         spec = SweepFile.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise where.error(clean_loc(err["loc"]), clean_msg(err["msg"])) from None
+        loc = clean_loc(err["loc"])
+        raise where.error(loc, with_range(SweepFile, loc, clean_msg(err["msg"]))) from None
     dims = _dimensions(spec.axes, where)
     entries = _set_entries(spec, where)
     axis_locs = {p: loc for d in dims for p, loc in zip(d.paths, d.locs)}
@@ -375,12 +377,13 @@ def _resolve_point(index, repeat, axes, base_data, layers, spec, locs, where, sw
     data["seed"] = repeat
     _put(data, "workload.synth.seed", repeat)
     for loc, problem in numbers(data):
-        raise fail(".".join(map(str, loc)), problem)
+        raise fail(".".join(map(str, loc)), with_range(Scenario, loc, problem))
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise fail(".".join(map(str, clean_loc(err["loc"]))), clean_msg(err["msg"])) from None
+        loc = clean_loc(err["loc"])
+        raise fail(".".join(map(str, loc)), with_range(Scenario, loc, clean_msg(err["msg"]))) from None
     if sc.runtime == "live":
         if spec.measure == "capacity":
             raise where.error(("measure",), "capacity is searched in the simulator only; live points need "
