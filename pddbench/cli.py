@@ -583,7 +583,7 @@ def model_check_cmd(
     """The simulator's roofline against step times measured on real GPUs (Vidur's public H100 and
     A100 per-layer profiles of dense Llama-family models, TP 1-8, 1-4096 tokens; the attention
     kernel is not in them): its error at the scenario's latency settings, the terms fitted on two
-    models, and the fitted terms' error on the held-out models (docs/roofline.md)."""
+    models, and the fitted terms' error on the held-out models (docs/models.md)."""
     from pddbench.measure.roofline_check import check
     from pddbench.schema.scenario import load_scenario
 
@@ -595,9 +595,9 @@ def model_check_cmd(
         print(json.dumps(result, indent=1))
         return
     pct = lambda e: (f"median {100 * e['median_abs_error']:.1f} %, p90 {100 * e['p90_abs_error']:.1f} %, worst "
-                     f"{100 * e['worst_abs_error']:.1f} % ({e['steps']} steps, median signed "
-                     f"{100 * e['median_signed_error']:+.1f} %; decode steps: median "
-                     f"{100 * e['decode']['median_abs_error']:.1f} %)")
+                     f"{100 * e['worst_abs_error']:.1f} % ({e['steps']} steps; median signed "
+                     f"{100 * e['median_signed_error']:+.1f} %, by TP "
+                     + ", ".join(f"{tp}: {100 * v:+.1f} %" for tp, v in e["median_signed_error_by_tp"].items()) + ")")
     for chip, r in result.items():
         f = r["fit"]
         mark = " (the scenario's measured_chip)" if chip == lat.measured_chip else ""

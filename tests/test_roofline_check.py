@@ -35,9 +35,10 @@ def test_the_fitted_roofline_predicts_held_out_models(result, chip):
     fitted on two models predict the others' steps within these bounds."""
     got = result[chip]
     assert got["held_out_models"] and set(got["held_out_models"]).isdisjoint(rc.TRAINING_MODELS)
-    for phase in (got["fitted_held_out"], got["fitted_held_out"]["decode"]):
-        assert phase["median_abs_error"] < 0.10
-        assert phase["p90_abs_error"] < 0.25
+    held = got["fitted_held_out"]
+    assert held["median_abs_error"] < 0.10 and held["p90_abs_error"] < 0.25
+    # no tensor-parallel size is biased past 10 % (the all-reduces' bandwidth is one direction's)
+    assert all(abs(v) < 0.10 for v in held["median_signed_error_by_tp"].values()), held
 
 
 def test_the_paper_scenarios_use_the_h100_terms(result):

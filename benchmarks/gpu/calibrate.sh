@@ -24,9 +24,13 @@ done
 OUT=${OUT:-results/gpu-calibration/$(date -u +%Y%m%dT%H%M%S)}
 VENV=${PDDBENCH_GPU_VENV:-.venv-gpu}
 command -v nvidia-smi >/dev/null || { echo "no nvidia-smi: this script needs a CUDA GPU host" >&2; exit 2; }
+# A host that cannot download: point PDDBENCH_GPU_VENV at an environment holding the project and
+# vLLM's CUDA build; else a new one sees the system's packages (a preinstalled vLLM) and installs
+# the project's `gpu` extra, or the project alone when that needs the network.
 if [ ! -x "$VENV/bin/pddbench" ]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[gpu,dev]"
+  python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[gpu,dev]" || \
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
 fi
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

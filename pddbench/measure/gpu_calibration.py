@@ -44,9 +44,20 @@ def _timed(llm, prompts: list[list[int]], max_tokens: int) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def kv_capacity_tokens(llm) -> int | None:
+    """Tokens the engine's KV cache holds (None where this vLLM does not say)."""
+    try:
+        cache = llm.llm_engine.vllm_config.cache_config
+        return int(cache.num_gpu_blocks) * int(cache.block_size)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def measure(llm, prefill: tuple[int, ...], batches: tuple[int, ...], contexts: tuple[int, ...], steps: int,
-            repeats: int, vocab: int, seed: int = 0) -> list[dict]:
-    """The calibration rows (module docstring). Prompts are random token ids from `seed`."""
+            repeats: int, vocab: int, kv_tokens: int | None = None, seed: int = 0) -> list[dict]:
+    """The calibration rows (module docstring). Prompts are random token ids from `seed`. A decode
+    shape whose KV does not fit `kv_tokens` is skipped (vLLM would queue or preempt, and the
+    difference would not be a step of that batch), and said so."""
     rng = np.random.default_rng(seed)
     prompt = lambda n: rng.integers(10, vocab - 10, n).tolist()  # fresh ids: nothing cached
     _timed(llm, [prompt(max(prefill))], 1)  # warm-up: compile, graphs, allocator
@@ -58,6 +69,10 @@ def measure(llm, prefill: tuple[int, ...], batches: tuple[int, ...], contexts: t
         print(f"  prefill {n:>6} tokens: {ms:8.2f} ms", flush=True)
     for c in contexts:
         for b in batches:
+            if kv_tokens is not None and b * (c + steps + 1) > kv_tokens:
+                print(f"  decode batch {b:>4} x {c:>5} tokens: skipped, needs {b * (c + steps + 1):,} KV tokens, "
+                      f"the engine holds {kv_tokens:,}", flush=True)
+                continue
             one = statistics.median(_timed(llm, [prompt(c) for _ in range(b)], 1) for _ in range(repeats))
             more = statistics.median(_timed(llm, [prompt(c) for _ in range(b)], 1 + steps) for _ in range(repeats))
             ms = max(more - one, 0.0) / steps
@@ -185,13 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"num_hidden_layers": 1, "vocab_size": 4096} if args.smoke else {}
     engine_overrides = {**overrides, "bos_token_id": 1, "eos_token_id": 2} if overrides else {}  # ids in the small vocab
     top = max(grid["prefill"]) + 2 * max(grid["contexts"]) + grid["steps"] + 64
+    # the step budget holds the longest prompt in one step; wider would only grow vLLM's start-up
+    # profiling run (a 256 x 2,048-token budget needs tens of GB of activations on an 8B model)
     llm = LLM(model=str(cfg_dir), load_format="dummy", skip_tokenizer_init=True, enable_prefix_caching=False,
-              max_model_len=top, max_num_batched_tokens=max(top, max(grid["batches"]) * max(grid["contexts"])),
+              max_model_len=top, max_num_batched_tokens=max(top, 16384),
               max_num_seqs=max(grid["batches"]), hf_overrides=engine_overrides or None, seed=0,
               **({} if args.smoke else {"gpu_memory_utilization": 0.85}))
     print(f"measuring {args.model} ({'one-layer smoke copy' if args.smoke else 'dummy weights'}) ...", flush=True)
     rows = measure(llm, grid["prefill"], grid["batches"], grid["contexts"], grid["steps"], grid["repeats"],
-                   overrides.get("vocab_size", config.get("vocab_size", 32000)))
+                   overrides.get("vocab_size", config.get("vocab_size", 32000)), kv_capacity_tokens(llm))
     header = "phase,tokens,attn_pairs,batch,kv_tokens,step_ms\n"
     write_text(out / "calibration.csv", header + "".join(
         f"{r['phase']},{r['tokens']},{r['attn_pairs']},{r['batch']},{r['kv_tokens']},{r['step_ms']}\n" for r in rows))

@@ -37,7 +37,8 @@ OPS = ("input_layernorm_ms", "attn_pre_proj_ms", "attn_rope_ms", "attn_post_proj
 
 @dataclass(frozen=True)
 class MeasuredChip:
-    """A real chip's datasheet figures (dense 16-bit peak, HBM bandwidth, NVLink per GPU)."""
+    """A real chip's datasheet figures: dense 16-bit peak, HBM bandwidth, and NVLink per GPU in one
+    direction (a ring all-reduce sends and receives at once; the datasheet's figure counts both)."""
     peak_tflops: float
     memory_bw_tbps: float
     interconnect_gbps: float
@@ -46,10 +47,10 @@ class MeasuredChip:
 
 # Vidur does not record the variant; its DGX network profiles say SXM boards (80 GB assumed for A100).
 MEASURED_CHIPS = {
-    "h100": MeasuredChip(989.4, 3.35, 7200, "NVIDIA H100 SXM5 datasheet: 989 TFLOPS dense BF16, 3.35 TB/s HBM3, "
-                                            "900 GB/s NVLink"),
-    "a100": MeasuredChip(312.0, 2.039, 4800, "NVIDIA A100 SXM4 80GB datasheet: 312 TFLOPS dense BF16, 2.039 TB/s "
-                                             "HBM2e, 600 GB/s NVLink"),
+    "h100": MeasuredChip(989.4, 3.35, 3600, "NVIDIA H100 SXM5 datasheet: 989 TFLOPS dense BF16, 3.35 TB/s HBM3, "
+                                            "NVLink 900 GB/s both directions = 450 GB/s each way"),
+    "a100": MeasuredChip(312.0, 2.039, 2400, "NVIDIA A100 SXM4 80GB datasheet: 312 TFLOPS dense BF16, 2.039 TB/s "
+                                             "HBM2e, NVLink 600 GB/s both directions = 300 GB/s each way"),
 }
 
 # The profiled models (Hugging Face config.json facts; PROVENANCE.md's table). Vidur profiled the
@@ -142,15 +143,20 @@ def error_stats(errors: list[float]) -> dict:
             "median_signed_error": round(float(np.median(errors)), 4)}
 
 
-def errors_of(steps, latency: LatencyConfig, phase: str = "prefill") -> list[float]:
-    """Relative errors of the roofline's prefill (or decode) step for each measured step."""
-    return [predicted_ms(s, latency)[phase == "decode"] / s.measured_ms - 1 for s in steps]
+def errors_of(steps, latency: LatencyConfig) -> list[float]:
+    """Relative errors of the roofline's step for each measured step. (Its decode step of the same
+    tokens with no KV is the same computation: these profiles cannot check decode's KV read.)"""
+    return [predicted_ms(s, latency)[0] / s.measured_ms - 1 for s in steps]
 
 
 def phase_stats(steps, latency: LatencyConfig) -> dict:
-    """Error statistics of the prefill step, with the decode step's beside them (a decode step of
-    `tokens` sequences with no KV runs the same linear layers)."""
-    return {**error_stats(errors_of(steps, latency)), "decode": error_stats(errors_of(steps, latency, "decode"))}
+    """Error statistics over `steps`, and the median signed error per tensor-parallel size (a
+    bias the overall median can hide: the all-reduces grow with TP)."""
+    by_tp = {}
+    for tp in sorted({s.tp for s in steps}):
+        errs = errors_of([s for s in steps if s.tp == tp], latency)
+        by_tp[str(tp)] = round(float(np.median(errs)), 4)
+    return {**error_stats(errors_of(steps, latency)), "median_signed_error_by_tp": by_tp}
 
 
 def fit_terms(compute: np.ndarray, memory: np.ndarray, comm: np.ndarray, fixed: np.ndarray,

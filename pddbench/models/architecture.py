@@ -75,6 +75,9 @@ class Architecture(BaseModel):
     # storage (pddbench's, not config.json's: the serving choice)
     kv_cache_dtype_bytes: float = Field(2.0, gt=0, le=8, description="bytes per KV element (bf16 2, fp8 1)")
     state_dtype_bytes: float = Field(2.0, gt=0, le=8, description="bytes per linear-attention state element")
+    weight_dtype_bytes: float | None = Field(
+        None, gt=0, le=8, description="bytes per weight; from a config.json's torch_dtype / fp8 quantization_config; "
+        "model.weight_bytes_per_param when unset")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Architecture":
@@ -97,6 +100,12 @@ class Architecture(BaseModel):
                                                      self.linear_key_head_dim, self.linear_value_head_dim):
             raise ValueError("linear_attention layers need linear_num_key_heads, linear_num_value_heads, "
                              "linear_key_head_dim and linear_value_head_dim")
+        if self.head_dim is None and self.kv_lora_rank is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                             f"{self.num_attention_heads}: give head_dim")
+        if self.first_k_dense_replace > self.num_hidden_layers:
+            raise ValueError(f"first_k_dense_replace {self.first_k_dense_replace} exceeds num_hidden_layers "
+                             f"{self.num_hidden_layers}")
         if self.first_k_dense_replace and self.intermediate_size == 0:
             raise ValueError("first_k_dense_replace needs intermediate_size (the dense layers' MLP)")
         if self.n_routed_experts is None and self.intermediate_size == 0:
@@ -116,7 +125,13 @@ class Architecture(BaseModel):
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a config.json holds one JSON object")
-        known = {}
+        known: dict = {}
+        dtype_bytes = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}.get(str(data.get("torch_dtype")))
+        quant = data.get("quantization_config") or {}
+        if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "fp8":
+            dtype_bytes = 1
+        if dtype_bytes:
+            known["weight_dtype_bytes"] = dtype_bytes
         for key, value in data.items():
             name = HF_ALIASES.get(key, key)
             if name in cls.model_fields and value is not None:

@@ -35,9 +35,16 @@ def shipped_arch(ref: str) -> dict:
     if path.suffix == ".json":
         if not path.is_file():
             raise ValueError(f"model.arch: no such config.json file {ref!r}")
+        from pydantic import ValidationError
+
         from pddbench.models.architecture import Architecture
         try:
             return Architecture.from_config_json(path).model_dump(exclude_unset=True)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"model.arch: {ref}: {where + ': ' if where else ''}"
+                             f"{err['msg'].removeprefix('Value error, ')}") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"model.arch: {ref}: {str(exc).splitlines()[0]}") from None
     model = shipped_model(ref)

@@ -62,7 +62,9 @@ def format_card(card: dict) -> str:
     lines = [f"{card['name']} (given by its {card['given_by']})", f"  source: {card.get('source', '-')}"]
     pub = card.get("published")
     lines.append(f"  parameters: {card['params_total_b']:g}B total, {card['params_active_b']:g}B active per token"
-                 + (f" (published: {pub.get('params_total_b')}B / {pub.get('params_active_b')}B)" if pub else ""))
+                 + (" (published: " + " / ".join(f"{pub[k]}B {w}" for k, w in (("params_total_b", "total"),
+                                                                             ("params_active_b", "active")) if k in pub)
+                    + ")" if pub else ""))
     if "experts_total" in card:
         lines.append(f"  MoE: {card['experts_total']} routed experts, top {card['experts_active']}; "
                      f"{card['params_shared_b']:g}B read by every token")

@@ -34,7 +34,9 @@ def basis_line(b: dict) -> str:
     rc = b.get("roofline_check")
     if not rc:
         return text + ", not checked against a measured chip."
-    at = rc["at_these_settings"]
-    return (text + f", chips scaled from the {rc['chip'].upper()}, whose measured linear-layer step times it predicts "
-            f"within {100 * at['median_abs_error']:.1f} % at the median (p90 {100 * at['p90_abs_error']:.0f} %, "
-            f"{at['steps']} measured steps); attention is not yet checked against a measurement.")
+    at, held = rc["at_these_settings"], rc["fitted_held_out"]
+    return (text + f": fitted to public {rc['chip'].upper()} step measurements of dense models' linear layers, "
+            f"{100 * held['median_abs_error']:.1f} % median error on held-out models (p90 "
+            f"{100 * held['p90_abs_error']:.0f} %), {100 * at['median_abs_error']:.1f} % at these settings over all "
+            f"{at['steps']} steps; not checked: attention, MoE, fp8, and chips A and B themselves (their peak and "
+            "bandwidth are assumptions).")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
 
 from netem.profile import LinkProfile, load_profile
 from pddbench.core.errors import InputError, UserError
@@ -77,14 +77,24 @@ class Chip(_Strict):
     peak_tflops: float = Field(ge=1e-6, le=1e9, description="dense peak at the serving precision")
     memory_gb: float = Field(ge=1e-6, le=1e9)
     memory_bw_tbps: float = Field(ge=1e-6, le=1e9)
-    interconnect_gbps: float = Field(ge=1e-6, le=1e9, description="scale-up bandwidth per chip")
+    interconnect_gbps: float = Field(ge=1e-6, le=1e9, description="scale-up bandwidth per chip, one direction "
+                                     "(NVLink: half the datasheet's both-directions figure)")
     price_per_hour: float = Field(ge=0, le=1e9)
+
+
+# What model.arch derives, and which of those a scenario may still set beside it: the storage
+# choices (weight and KV precision), not the shape (sizes that would contradict the architecture).
+ARCH_DERIVED = {"params_total_b", "params_active_b", "layers", "hidden_size", "kv_bytes_per_token", "experts_total",
+                "experts_active", "params_shared_b", "flops_per_token", "attn_flops_per_pair", "attention",
+                "sliding_window_tokens", "sliding_kv_bytes_per_token", "fixed_state_bytes"}
+ARCH_OVERRIDES = {"kv_bytes_per_token"}
 
 
 class Model(_Strict):
     """The served model: by its architecture (`arch`, the fields of a Hugging Face config.json; see
-    pddbench/models/architecture.py for what is derived from it) or by its sizes. A size given
-    beside `arch` overrides the derived one (e.g. kv_bytes_per_token for a quantized KV cache)."""
+    pddbench/models/architecture.py for what is derived from it) or by its sizes. Beside `arch`,
+    only the sizes that do not contradict it may be given (ARCH_OVERRIDES: e.g. kv_bytes_per_token
+    for a quantized KV cache); the derived ones are not saved, so a saved scenario re-derives them."""
     name: str = Field(min_length=1)
     arch: Architecture | None = Field(
         None, description="the architecture: a mapping of config.json fields, a shipped model's name, or a "
@@ -124,6 +134,8 @@ class Model(_Strict):
         # a model given by its sizes saves as before: the architecture's fields appear only when used
         data = handler(self)
         if isinstance(data, dict):
+            for key in self._derived:
+                data.pop(key, None)
             if isinstance(data.get("arch"), dict):
                 data["arch"] = {k: v for k, v in data["arch"].items() if v is not None}
             for key in ("arch", "flops_per_token", "attn_flops_per_pair"):
@@ -134,10 +146,21 @@ class Model(_Strict):
                     data.pop(key, None)
         return data
 
+    _derived: set = PrivateAttr(default_factory=set)  # fields filled from `arch` (not saved)
+
     @model_validator(mode="after")
     def _sizes(self) -> "Model":
         if self.arch is not None:
+            mixed = sorted(self.model_fields_set & ARCH_DERIVED - ARCH_OVERRIDES)
+            if mixed:
+                raise ValueError(f"model: {', '.join(mixed)} given beside model.arch, which derives them; give "
+                                 "the architecture or the sizes, not both (to replace the whole model: --set "
+                                 f"model=NAME; beside arch only {', '.join(sorted(ARCH_OVERRIDES))} may be set)")
             derived = derive(self.arch)
+            self._derived = set(ARCH_DERIVED) - self.model_fields_set
+            if "weight_bytes_per_param" not in self.model_fields_set and self.arch.weight_dtype_bytes:
+                self._derived.add("weight_bytes_per_param")
+                self.weight_bytes_per_param = self.arch.weight_dtype_bytes
             for key in ("params_total_b", "params_active_b", "kv_bytes_per_token", "flops_per_token",
                         "attn_flops_per_pair", "experts_total", "experts_active"):
                 if getattr(self, key) is None:
@@ -153,6 +176,14 @@ class Model(_Strict):
             for key in ("sliding_window_tokens", "sliding_kv_bytes_per_token", "fixed_state_bytes"):
                 if key not in self.model_fields_set:
                     setattr(self, key, getattr(derived, key))
+            for key in ("params_total_b", "params_active_b", "kv_bytes_per_token"):  # the fields' own ranges
+                info = type(self).model_fields[key]
+                value, top = getattr(self, key), next((m.le for m in info.metadata if hasattr(m, "le")), None)
+                if value is not None and (value <= 0 or (top is not None and value > top)):
+                    raise ValueError(f"model.arch gives {key} = {value:g}, outside its range (0, {top:g}]"
+                                     + ("; an architecture with no full-attention layer needs "
+                                        "model.kv_bytes_per_token (KV capacity is counted per token)"
+                                        if key == "kv_bytes_per_token" else ""))
         missing = [k for k in ("params_total_b", "params_active_b", "layers", "hidden_size", "kv_bytes_per_token")
                    if getattr(self, k) is None]
         if missing:
