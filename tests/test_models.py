@@ -183,3 +183,33 @@ def test_a_config_json_s_error_names_its_field_and_its_dtype_sets_the_weight_byt
     path.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                                 "vocab_size": 100, "intermediate_size": 128, "torch_dtype": "bfloat16"}))
     assert load_scenario(PAPER / "pdd.yaml", ["model={name: x}", f"model.arch={path}"]).model.weight_bytes_per_param == 2
+
+
+def test_a_child_scenario_sets_fields_of_its_base_s_shipped_model_and_finds_its_config_beside_it(tmp_path):
+    (tmp_path / "base.yaml").write_text(f"extends: {PAPER / 'pdd.yaml'}\nmodel: deepseek-v3\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nmodel: {kv_bytes_per_token: 35136}\n")
+    m = load_scenario(tmp_path / "child.yaml").model
+    assert (m.name, m.kv_bytes_per_token, m.experts_total) == ("deepseek-v3", 35136, 256)
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64,
+                                                      "num_attention_heads": 4, "vocab_size": 100,
+                                                      "intermediate_size": 128}))
+    (tmp_path / "own.yaml").write_text("extends: base.yaml\nmodel: {name: own, arch: config.json}\n")
+    assert load_scenario(tmp_path / "own.yaml").model.layers == 2  # relative to the scenario, not the cwd
+
+
+def test_the_model_axis_words_say_where_each_gain_flips():
+    from pddbench.reproduce import crossovers as cx
+    from pddbench.reproduce.answer import crossover_line, model_line
+
+    flip = {"value": 31.0, "bracket": [29.0, 33.0], "direction": "PDD wins above it", "range": [1, 400]}
+    never = {"value": None, "bracket": None, "direction": "PDD loses across the whole range", "range": [1, 400]}
+    item = {"claim": "throughput_change_best", "axis": cx.MODEL_AXIS, "model": "deepseek-v3", "value": None,
+            "range": [1, 400], "direction": "", "throughput_change_pct": -12.0, "ttft_change_pct": 4.0,
+            "rate": flip, "ttft_rate": never}
+    words = cx.words([item])[0]
+    assert "deepseek-v3" in words and "-12.0 % (does not hold)" in words and "+4.0 % (does not hold)" in words
+    assert "throughput gain changes sign at a WAN line of 31 Gbit/s" in words and "TTFT gain along" in words
+    line = model_line([item])
+    assert "deepseek-v3 throughput -12 %, TTFT +4 %, throughput flips at 31 Gbit/s" in line
+    assert crossover_line([item], []) is None  # the model axis is not an axis with one crossover value
+    assert set(cx.axis_models()) >= {"deepseek-v3", "assumed-600b-moe-fp8-kv4k"}

@@ -128,9 +128,12 @@ def model_line(items: list[dict]) -> str | None:
         text = f"{it['model']} throughput {'n/a' if thr is None else f'{thr:+.0f} %'}, TTFT " \
                f"{'n/a' if ttft is None else f'{ttft:+.0f} %'}"
         if rate.get("value") is not None:
-            text += f", flips at {rate['value']:.3g} Gbit/s"
+            text += f", throughput flips at {rate['value']:.3g} Gbit/s"
+        if (it.get("ttft_rate") or {}).get("value") is not None:
+            text += f", TTFT flips at {it['ttft_rate']['value']:.3g} Gbit/s"
         parts.append(text)
-    return "- By model (best vs best at the shipped line and SLA; TTFT at half the smaller capacity): " \
+    return "- By model (best vs best at the shipped line and SLA; TTFT at half the smaller capacity, negative: PDD " \
+        "faster): " \
         + "; ".join(parts) + "."
 
 

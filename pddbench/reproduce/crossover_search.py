@@ -212,14 +212,35 @@ def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixe
                          min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS),
                          [cx.MODEL_LOAD_FRACTION])[0]
     rate_axis = cx.AXES[cx.RATE_AXIS]
+    splits: dict = {}  # line rate -> best split index per deployment, shared by both claims' bisections
     found = _axis_search(cl, rate_axis, "throughput_change_best", steps, {d: best[d][0] for d in cx.DEPLOYMENTS},
-                         {}, say, (choice, model))  # type: ignore[arg-type]
+                         splits, say, (choice, model))  # type: ignore[arg-type]
     rate = cx.entry("throughput_change_best", cx.RATE_AXIS, found, (rate_axis.lo, rate_axis.hi), fixed,
                     f"bisection, {steps} steps on a log scale")
+
+    def ttft_advantage(values: list[float]) -> list[float | None]:
+        """PDD's mean-TTFT advantage (%, positive: PDD faster) at each line rate, best splits there."""
+        sets = lambda d, v: choice.overrides(model) + ([] if d == "same-dc-pd" else rate_axis.overrides(v))
+        jobs_at = {v: {d: (d, tuple(sets(d, v))) for d in cx.DEPLOYMENTS} for v in values}
+        near = lambda v: splits[min(splits, key=lambda u: abs(math.log(u / v)))] if splits else \
+            {d: best[d][0] for d in cx.DEPLOYMENTS}
+        res = cl.best({jobs_at[v][d]: near(v)[d] for v in values for d in cx.DEPLOYMENTS})
+        out = []
+        for v in values:
+            at = {d: (jobs_at[v][d], res[jobs_at[v][d]][0]) for d in cx.DEPLOYMENTS}
+            smaller = min(res[jobs_at[v][d]][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS)
+            ch = _ttft_changes(cl, at, smaller, [cx.MODEL_LOAD_FRACTION])[0]
+            out.append(None if ch is None else -ch)
+        return out
+
+    say(f"model {model}: mean TTFT along {cx.RATE_AXIS}")
+    ttft_rate = cx.entry("ttft_change_common", cx.RATE_AXIS, cx.bisect(ttft_advantage, rate_axis.lo, rate_axis.hi,
+                                                                      steps, True), (rate_axis.lo, rate_axis.hi),
+                         fixed, f"bisection, {steps} steps on a log scale; TTFT at half the smaller capacity")
     return {"claim": "throughput_change_best", "axis": cx.MODEL_AXIS, "model": model, "value": None,
             "range": [rate_axis.lo, rate_axis.hi], "direction": "", "fixed": fixed, "bracket": None,
             "how": "best splits at the shipped values with model=NAME; TTFT at half the smaller capacity",
-            "probes": [], "throughput_change_pct": thr, "ttft_change_pct": ttft, "rate": rate,
+            "probes": [], "throughput_change_pct": thr, "ttft_change_pct": ttft, "rate": rate, "ttft_rate": ttft_rate,
             "splits": {d: label(cl.candidates(d)[best[d][0]]) for d in cx.DEPLOYMENTS}}
 
 

@@ -209,10 +209,11 @@ def model_words(it: dict) -> str:
     held = lambda v, good: "not measurable" if v is None else f"{v:+.1f} % ({'holds' if good(v) else 'does not hold'})"
     text = (f"model {it['model']}: at the shipped line and SLA PDD's throughput within SLA {held(thr, lambda v: v > 0)}, "
             f"its mean TTFT at half the smaller capacity {held(ttft, lambda v: v < 0)}")
-    if rate:
-        text += (f"; the throughput gain changes sign at a WAN line of {rate['value']:.3g} Gbit/s ({rate['direction']})"
-                 if rate["value"] is not None else f"; along the WAN line rate ({rate['range'][0]:g} .. "
-                 f"{rate['range'][1]:g} Gbit/s) no sign change: {rate['direction']}")
+    for what, found in (("throughput gain", rate), ("TTFT gain", it.get("ttft_rate"))):
+        if found:
+            text += (f"; the {what} changes sign at a WAN line of {found['value']:.3g} Gbit/s ({found['direction']})"
+                     if found["value"] is not None else f"; the {what} along the WAN line rate ({found['range'][0]:g} "
+                     f".. {found['range'][1]:g} Gbit/s): no sign change, {found['direction']}")
     return text + "."
 
 
@@ -271,8 +272,8 @@ def estimated_searches(axes: list[str], steps: int, frontier: tuple[str, str] | 
     for a in axes:
         if a in AXES:
             n += (2 + 2 * steps) * 3 * (1 if AXES[a].pdd_only else 2)
-        elif a == MODEL_AXIS:  # per model: both climbs at the shipped values, then the line rate's bisection
-            n += len(axis_models()) * (6 + (2 + steps) * 3 * 2)
+        elif a == MODEL_AXIS:  # per model: both climbs at the shipped values, then two line-rate bisections
+            n += len(axis_models()) * (6 + 2 * (2 + steps) * 3 * 2)
     if frontier:
         n += points * (2 + steps) * 3 * (1 if all(AXES[a].pdd_only for a in frontier) else 2)
     return n

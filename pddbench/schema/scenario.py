@@ -477,6 +477,11 @@ def read_yaml(path: Path, depth: int = 0) -> tuple[dict, Layers]:
     if depth > 8:
         raise InputError(str(path), "extends nests too deep (a cycle?)", field="extends")
     base, layers = read_yaml(path.parent / parent, depth + 1)
+    if isinstance(base.get("model"), str) and isinstance(data.get("model"), dict):
+        try:  # a base naming a shipped model, a child setting some of its fields
+            base["model"] = shipped_model(base["model"])
+        except ValueError as exc:
+            raise InputError(str(path.parent / parent), str(exc), field="model") from None
     return _deep_merge(base, data), [(path, text), *layers]
 
 
@@ -568,7 +573,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     path = resolve_scenario(path)
     data, layers = read_yaml(path)
     data = apply_overrides(data, overrides)
-    for section, key in (("workload", "trace"), ("latency", "calibration_csv")):
+    for section, key in (("workload", "trace"), ("latency", "calibration_csv"), ("model", "arch")):
         resolve_beside(data, section, key, path, overrides)
     for loc, problem in (*numbers(data), *_misplaced(data)):
         raise _refuse(layers, loc, problem, overrides)
