@@ -60,7 +60,7 @@ def engines(tmp_path_factory):
              EngineSpec("MD", model, base + 3, cpu=0, kv_role="kv_consumer", side_channel_port=base + 103)]
     with EngineGroup(specs, tmp_path_factory.mktemp("logs")) as group:
         # NIXL handshakes (P-RLD, P-MD) happen on first use: do them before any timing matters
-        _through_router(group, [([7000, 7001], 200, 2)], relay_ttft_budget_fraction=1e9)
+        _through_router(group, [([7000, 7001], 200, 2)], relay_ttft_budget_fraction=1e6)
         _through_router(group, [([7010, 7011], 200, 2)], min_relay_tokens=0)
         yield group
 
@@ -289,7 +289,7 @@ def test_singular_flow_and_high_hit_pipelines(engines):
     assert s["transfer_aborted"] and s["transfer_abort_reason"] == "singular_flow" and s["decode_cached_tokens"] == 0
     assert s["wan_kv_bytes_saved"] == 768 * 2048  # 700 tokens: six whole 128-token blocks
     assert after["prompt_tokens"] == before["prompt_tokens"], "MD must not see a singular flow"
-    direct = _through_router(engines, [([7500, 7501, 7502], 300, 8)], relay_ttft_budget_fraction=1e9)
+    direct = _through_router(engines, [([7500, 7501, 7502], 300, 8)], relay_ttft_budget_fraction=1e6)
     _check(direct)
     assert direct[0][2]["pipeline"] == "p_md" and direct[0][2]["relay_tokens"] == 0
 
