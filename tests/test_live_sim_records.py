@@ -58,6 +58,7 @@ deployment:
 latency:
   kind: calibrated
   calibration_csv: {csv}
+live: {{engines: null}}   # the simulator refuses a scenario that declares live engines
 """
 
 

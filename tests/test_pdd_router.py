@@ -296,7 +296,7 @@ def test_handoff_continues_the_sequence_on_md(mode):
 
 def test_high_hit_goes_straight_to_md():
     engines = StandIns()
-    status, ids, pdd, _ = _run(engines, PROMPT, 6, Policy(relay_ttft_budget_fraction=1e9))
+    status, ids, pdd, _ = _run(engines, PROMPT, 6, Policy(relay_ttft_budget_fraction=1e6))
     assert status == 200 and ids == _reference(PROMPT, 6)
     assert pdd["pipeline"] == "p_md" and pdd["handoff_mode"] == "none" and pdd["main_tokens"] == 6
     assert pdd["wan_kv_bytes"] == kv_transfer_bytes(300, KVB, BLOCK) and not pdd["transfer_aborted"]
