@@ -42,7 +42,7 @@ def test_the_fitted_roofline_predicts_held_out_models(result, chip):
 
 
 def test_the_paper_scenarios_use_the_h100_terms(result):
-    """The paper's chips are scaled from the H100: its latency section is the H100 fit, and so
+    """The paper's chips take their latency terms from the H100: its latency section is the H100 fit, and so
     within 10 % of the H100 measurements at the median."""
     lat = load_scenario(PAPER / "pdd.yaml").latency
     fit = result["h100"]["fit"]

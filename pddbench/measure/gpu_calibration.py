@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pddbench.measure.roofline_check import MEASURED_CHIPS, fit_terms
+
 PREFILL_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192)
 DECODE_BATCHES = (1, 8, 32, 64, 128, 256)
 DECODE_CONTEXTS = (512, 2048)
@@ -130,7 +132,7 @@ def calibrate(rows: list[dict], model, chip, before) -> dict:
     per_layer_ms = model.layers * before.layer_overhead_us / 1e3  # one chip: no all-reduce
     old = predicted(compute, memory, comm, fixed, before.compute_efficiency, before.memory_efficiency,
                     [before.prefill_overhead_ms + per_layer_ms, before.decode_overhead_ms + per_layer_ms])
-    ce, me, coef = _fit(compute, memory, comm, fixed, measured)
+    ce, me, coef = fit_terms(compute, memory, comm, fixed, measured)
     return {"before": {"compute_efficiency": before.compute_efficiency, "memory_efficiency": before.memory_efficiency,
                        "layer_overhead_us": before.layer_overhead_us,
                        "prefill_overhead_ms": before.prefill_overhead_ms,
@@ -139,12 +141,6 @@ def calibrate(rows: list[dict], model, chip, before) -> dict:
                     "prefill_overhead_ms": round(float(coef[0]), 4), "decode_overhead_ms": round(float(coef[1]), 4),
                     "note": "the fixed costs include the per-layer kernels (one model cannot separate them)"},
             "after": error_summary(predicted(compute, memory, comm, fixed, ce, me, coef), measured)}
-
-
-def _fit(compute, memory, comm, fixed, measured):
-    from pddbench.measure.roofline_check import fit_terms
-
-    return fit_terms(compute, memory, comm, fixed, measured)
 
 
 def _cpu_env() -> dict[str, str] | None:
@@ -176,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (cfg_dir / "config.json").is_file():
         print(f"error: --config {cfg_dir}: no config.json there", file=sys.stderr)
         return 2
-    from pddbench.measure.roofline_check import MEASURED_CHIPS
-
     if args.chip not in MEASURED_CHIPS:
         print(f"error: --chip {args.chip!r}: one of {', '.join(MEASURED_CHIPS)}", file=sys.stderr)
         return 2

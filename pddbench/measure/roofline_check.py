@@ -219,14 +219,14 @@ def fit_rows(steps, chip: MeasuredChip | None = None) -> list[tuple[float, float
     return rows
 
 
-def check(shipped: LatencyConfig | None = None) -> dict:
+def check(shipped: LatencyConfig | None = None, chips: tuple[str, ...] = tuple(MEASURED_CHIPS)) -> dict:
     """Per measured chip: the roofline's error at the shipped latency settings (the paper
     scenarios', scheduling overheads aside), the fit on the training models, and the fitted
     roofline's error on the held-out models and on all."""
     shipped = shipped or LatencyConfig()
     as_shipped = shipped.model_copy(update={"prefill_overhead_ms": 0.0, "decode_overhead_ms": 0.0})
     out = {}
-    for chip in MEASURED_CHIPS:
+    for chip in chips:
         steps = [s for s in measured_steps() if s.chip == chip]
         train = [s for s in steps if s.model in TRAINING_MODELS]
         held = [s for s in steps if s.model not in TRAINING_MODELS]

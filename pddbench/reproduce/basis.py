@@ -16,7 +16,7 @@ def basis(sc: Scenario) -> dict:
                            "kv_bytes_per_token": m.kv_bytes_per_token},
                  "latency": lat.model_dump(exclude_none=True)}
     if lat.kind == "roofline" and lat.measured_chip:
-        got = check(lat)[lat.measured_chip]
+        got = check(lat, (lat.measured_chip,))[lat.measured_chip]  # only the chip it rests on
         out["roofline_check"] = {"chip": lat.measured_chip, "source": MEASURED_CHIPS[lat.measured_chip].source,
                                  "at_these_settings": got["shipped_settings"], "fitted_held_out": got["fitted_held_out"],
                                  "fit": got["fit"], "attention_checked": False}

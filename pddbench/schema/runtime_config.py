@@ -19,10 +19,10 @@ class LatencyConfig(BaseModel):
     decode_overhead_ms: float = Field(3.0, ge=0, le=1e6, description="fixed cost per decode step")
     layer_overhead_us: float = Field(
         0.0, ge=0, le=1e6, description="fixed cost per layer per step: the small kernels (norms, rotary, "
-        "activation, residual adds) and launches; measured 35 us on H100, 22 us on A100 (docs/models.md)")
+        "activation, residual adds) and launches; measured 41 us on H100, 17 us on A100 (docs/models.md)")
     allreduce_latency_us: float = Field(
         0.0, ge=0, le=1e6, description="start-up time of each tensor-parallel all-reduce (2 per layer on more "
-        "than one chip); measured 31 us on H100, 43 us on A100 (docs/models.md)")
+        "than one chip); measured 27 us on H100, 44 us on A100 (docs/models.md)")
     measured_chip: Literal["h100", "a100"] | None = Field(
         None, description="roofline: the real chip these terms were checked against (the scenario's chips are "
         "scaled from it); the reproduction's answer states that check's error (pddbench model check)")
