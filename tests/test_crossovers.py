@@ -97,9 +97,63 @@ def test_climb_stops_where_no_neighbour_is_better():
         (index, cap), = cl.best({job: 0}).values()
         n = len(cl.candidates("same-dc-pd"))
     for j in (index - 1, index + 1):
-        if 0 <= j < n:
-            assert cl.caps[(job, j)]["throughput_within_sla_rps"] <= cap["throughput_within_sla_rps"]
+        if 0 <= j < n:  # searched and not better, or failed a check at the best's answer
+            assert ((job, j) in cl.caps and cl.caps[(job, j)]["throughput_within_sla_rps"]
+                    <= cap["throughput_within_sla_rps"]) or cl.below[(job, j)] <= cl._top(job, index)
     assert cap is cl.caps[(job, index)]
+
+
+def _fake_climber(capacity: list[float]):
+    """A Climber whose split i holds exactly the rate scales up to capacity[i] (a monotone
+    verdict: the logic's unit test; test_climb_stops_where_no_neighbour_is_better and the
+    crossovers command run the real simulator)."""
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.reproduce.crossover_search import Climber
+    from pddbench.reproduce.tasks import Settings
+    from pddbench.sweep.executors import InlineExecutor
+    from tests.test_sweep import _threshold_prober
+
+    class Fake(Climber):
+        def index(self, sc) -> int:
+            return next(i for i, c in enumerate(self.candidates("same-dc-pd"))
+                        if all(getattr(sc.deployment, r).instances == v["instances"] for r, v in c.items()))
+
+        def _capacities(self, scenarios, hints):
+            return [search_capacity(sc, 7, probe_many=_threshold_prober(capacity[self.index(sc)]), near=h)
+                    for sc, h in zip(scenarios, hints)]
+
+        def _holds(self, scenarios):
+            return [sc.workload.rate_scale <= capacity[self.index(sc)] for sc in scenarios]
+
+    return Fake(InlineExecutor(), Settings.make(requests=150, seeds=1), 150, 7)
+
+
+@pytest.mark.parametrize("shape", ["rising", "falling", "peak", "plateau", "two-peaks"])
+def test_the_checked_climb_ends_where_a_climb_over_full_searches_ends(shape):
+    """Checking a neighbour with one simulation at the current answer instead of searching it
+    changes no climb on a monotone verdict: from every start, the same best split as climbing
+    over the candidates' true capacities to a strictly better neighbour (a tie within the
+    search's resolution keeps the current split), with fewer simulations."""
+    n = len(_fake_climber([1.0]).candidates("same-dc-pd"))
+    caps = {"rising": [1 + i for i in range(n)], "falling": [n - i for i in range(n)],
+            "peak": [n - abs(i - n // 2) for i in range(n)], "plateau": [min(i, 2) + 1 for i in range(n)],
+            "two-peaks": [6 if i == n - 2 else max(1, 4 - abs(i - 1)) for i in range(n)]}[shape]
+    caps = [c * 0.37 for c in caps]
+
+    def reference(i: int) -> int:
+        while True:
+            better = [j for j in (i - 1, i + 1) if 0 <= j < n and caps[j] > caps[i]]
+            if not better:
+                return i
+            i = max(better, key=lambda j: (caps[j], -j))
+
+    job = ("same-dc-pd", ())
+    for start in range(n):
+        cl = _fake_climber(caps)
+        (index, cap), = cl.best({job: start}).values()
+        assert index == reference(start), (shape, start)
+        assert cl.checks and cl.effort()["simulations"] == cl.probes + cl.checks
+        assert cl.searches < 1 + 2 * (abs(index - start) + 1)  # never every neighbour searched in full
 
 
 def test_crossovers_command_on_the_simulator(tmp_path):

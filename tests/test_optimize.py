@@ -63,3 +63,52 @@ def test_coarse_stage_refines_only_the_top(tmp_path):
     top2 = sorted(rows, key=lambda r: -r["coarse"]["throughput_within_sla_rps"])[:2]
     assert {r["label"] for r in full} == {r["label"] for r in top2}
     assert out["best"]["throughput_within_sla_rps"] == max(r["full"]["throughput_within_sla_rps"] for r in full)
+
+
+@pytest.mark.parametrize("shape", ["rising", "falling", "peak", "two-peaks", "flat"])
+def test_the_checked_search_finds_the_exhaustive_best_with_fewer_simulations(monkeypatch, shape):
+    """Logic (a verdict monotone in the rate, split i holding up to cap[i]): whatever the shape of
+    capacity over the splits, even two peaks, the checked search's best is the exhaustive
+    maximum within the resolution, every candidate was searched or failed a check where the
+    best first failed, and it simulated less than a search per candidate. The real simulator:
+    test_the_checked_search_on_the_simulator."""
+    from pddbench.sweep import checked_search as cs
+    from tests.test_sweep import _threshold_prober
+
+    sc = load_scenario(PAPER / "same-dc-pd.yaml", SMALL)
+    splits = candidate_splits(sc, {"A": 96}, [8])
+    n = len(splits)
+    cap = {"rising": [1 + i for i in range(n)], "falling": [n - i for i in range(n)],
+           "peak": [n - abs(i - n // 2) for i in range(n)], "flat": [3.0] * n,
+           "two-peaks": [6 if i == n - 2 else max(1, 4 - abs(i - 1)) for i in range(n)]}[shape]
+    cap = [0.29 * c for c in cap]
+    index = lambda s: next(i for i, c in enumerate(splits) if all(
+        getattr(s.deployment, r).instances == v["instances"] for r, v in c.items()))
+    monkeypatch.setattr(cs, "measure", lambda scen, ex, it, near: [
+        search_capacity(s, it, probe_many=_threshold_prober(cap[index(s)]), near=h) for s, h in zip(scen, near)])
+    monkeypatch.setattr(cs, "holds", lambda scen, ex: [
+        {"holds": s.workload.rate_scale <= cap[index(s)], "offered_rps": s.workload.rate_scale * 10} for s in scen])
+    res = cs.optimize_checked(sc, {"A": 96}, [8], InlineExecutor(), iterations=7, requests=300)
+    rows = res["candidates"]
+    assert len(rows) == n and all(r["full"] or r["check"]["holds"] is False for r in rows)
+    best = cap[next(i for i, r in enumerate(rows) if r["label"] == res["best"]["label"])]
+    assert best >= max(cap) - res["best"]["resolution_rate_scale"] - 1e-9
+    exhaustive = sum(len(search_capacity(with_split(sc, s), 7, probe_many=_threshold_prober(c))["probes"])
+                     for s, c in zip(splits, cap))
+    assert res["search"]["simulations"] < exhaustive and res["search"]["searched"] < n
+
+
+def test_the_checked_search_on_the_simulator():
+    """On real simulations: the same best capacity as measuring every candidate, within the
+    resolution, and every candidate not searched failed where the best's search first failed."""
+    from pddbench.sweep.checked_search import optimize_checked
+
+    sc = load_scenario(PAPER / "same-dc-pd.yaml", SMALL)
+    full = optimize(sc, {"A": 40}, [8], InlineExecutor(), iterations=3, requests=300)
+    res = optimize_checked(sc, {"A": 40}, [8], InlineExecutor(), iterations=3, requests=300)
+    assert len(res["candidates"]) == len(full["candidates"])
+    gap = res["best"]["resolution_rate_scale"] * full["best"]["throughput_within_sla_rps"] / full["best"]["rate_scale"]
+    assert res["best"]["throughput_within_sla_rps"] >= full["best"]["throughput_within_sla_rps"] - gap - 1e-9
+    top = round(res["best"]["rate_scale"] + res["best"]["resolution_rate_scale"], 6)
+    for r in res["candidates"]:
+        assert r["full"] or (r["check"]["holds"] is False and r["check"]["rate_scale"] <= top)

@@ -232,6 +232,38 @@ def test_k_section_agrees_with_bisection_on_a_monotone_verdict(capacity_scale):
         assert ks["rate_scale"] <= capacity_scale < ks["rate_scale"] + ks["resolution_rate_scale"] + 1e-6
 
 
+@pytest.mark.parametrize("capacity_scale", [0.02, 0.3, 1.0, 2.7, 37.0])
+@pytest.mark.parametrize("near_ratio", [0.2, 0.9, 1.0, 1.04, 1.5, 8.0])
+def test_a_warm_start_brackets_the_same_capacity_at_least_as_finely(capacity_scale, near_ratio):
+    """A warm start (near a neighbouring probe's answer, right or wrong by up to 8x) finds the
+    same threshold, at a resolution no coarser than the cold search's, in fewer probes when near
+    is within a few per cent."""
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.schema.scenario import load_scenario
+
+    sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
+    cold = search_capacity(sc, 7, probe_many=_threshold_prober(capacity_scale))
+    warm = search_capacity(sc, 7, probe_many=_threshold_prober(capacity_scale), near=capacity_scale * near_ratio)
+    assert warm["rate_scale"] <= capacity_scale < warm["rate_scale"] + warm["resolution_rate_scale"] + 1e-6
+    assert warm["resolution_rate_scale"] <= cold["resolution_rate_scale"] + 1e-6
+    assert warm["warm_start_rate_scale"] == capacity_scale * near_ratio and "warm_start_rate_scale" not in cold
+    if 0.9 <= near_ratio <= 1.04:
+        assert len(warm["probes"]) < len(cold["probes"])
+
+
+def test_a_warm_start_on_the_simulator_holds_where_it_answers():
+    """On the real simulator (a short trace, not monotone) the warm answer held and nothing at or
+    below it failed, as the cold search's."""
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.schema.scenario import load_scenario
+
+    sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
+    cold = search_capacity(sc, 5)
+    warm = search_capacity(sc, 5, near=cold["rate_scale"] * 1.1)
+    assert all(p["sla_holds"] for p in warm["probes"] if p["rate_scale"] <= warm["rate_scale"])
+    assert abs(warm["throughput_within_sla_rps"] / cold["throughput_within_sla_rps"] - 1) < 0.1
+
+
 def test_k_section_on_the_simulator_answers_below_every_failed_rate():
     """On a short trace the verdict is not monotone in the rate (a rate can hold above one that
     failed): whatever k, the answer held and no probed rate at or below it failed."""

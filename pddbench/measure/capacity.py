@@ -7,6 +7,12 @@ once (`capacity -j N`: pddbench/sweep/capacity_run.py): a doubling ladder of k r
 evenly spaced rates that cut the bracket into k + 1 parts. The number of rounds is chosen so the
 final bracket is no wider than bisection's, so the answer agrees within that resolution.
 
+A warm start (`near`: a rate scale expected near the answer, e.g. a neighbouring probe's capacity
+in a crossover search) brackets with two probes at near x (1 -/+ WARM_HALF_WIDTH), widening
+geometrically where both hold or both fail, then bisects only until the bracket is as narrow as
+the cold search's would be for that answer (2**e x 2**-iterations for an answer in [2**e,
+2**(e+1)) times the scenario's rate): the same resolution in about 6-7 probes instead of about 10.
+
 A probe passes on the steady-state verdict (summary["steady"]["holds"], pddbench/metrics/steady.py):
 the SLA judged after warm-up and no rising latency trend; a probe that is not steady fails. The
 result names what bound the capacity (`bound_by`: ttft, tpot or instability, read at the lowest
@@ -79,8 +85,9 @@ def _local_prober(sc: Scenario) -> ProbeMany:
 
 def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, k: int = 1,
-                    min_requests: int = MIN_REQUESTS) -> tuple[dict, dict[float, dict]]:
-    """The search; returns (result, every probe's summary by rate scale)."""
+                    min_requests: int = MIN_REQUESTS, near: float | None = None) -> tuple[dict, dict[float, dict]]:
+    """The search; returns (result, every probe's summary by rate scale). `near`: a warm start
+    (an absolute rate scale expected near the answer; bisection only, k = 1)."""
     probe_many = probe_many or _local_prober(sc)
     base = sc.workload.rate_scale
     probes: list[dict] = []
@@ -106,6 +113,14 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
             lo = s
         return lo, hi
 
+    if near is not None and near > 0 and k == 1:
+        lo, hi = _warm_bracket(near / base, run, split)
+        if lo is not None and hi is not None:
+            # the cold search's final width for an answer in [2**e, 2**(e+1)): 2**e x 2**-iterations
+            while hi - lo > 2.0 ** (math.floor(math.log2(lo)) - iterations) + 1e-12:
+                mid = (lo + hi) / 2
+                lo, hi = split([mid], run([mid]), lo, hi)
+        return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), "warm_start_rate_scale": near}, summaries
     lo: float | None = None
     hi: float | None = None
     first = [2.0 ** e for e in range(0, min(k, LADDER_LIMIT + 1))]  # 1, 2, 4, ... (k of them)
@@ -132,6 +147,29 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
             mids = [(lo * (k + 1 - j) + hi * j) / (k + 1) for j in range(1, k + 1)]
             lo, hi = split(mids, run(mids), lo, hi)
     return _result(sc, probes, summaries, lo, hi, base, k, min_requests), summaries
+
+
+WARM_HALF_WIDTH = 1 / 16  # a warm start's first bracket: near x (1 -/+ this)
+
+
+def _warm_bracket(near: float, run: Callable[[list[float]], list[bool]], split) -> tuple[float | None, float | None]:
+    """(lo, hi) around `near` (relative rate scale): lo held, hi the lowest probe above it that
+    failed; widened by doubling the step while both ends hold (or both fail), within the cold
+    ladder's limits (2**-LADDER_LIMIT .. 2**LADDER_LIMIT). A None end: no rate in the limits did."""
+    low, high = near * (1 - WARM_HALF_WIDTH), near * (1 + WARM_HALF_WIDTH)
+    lo, hi = split([low, high], run([low, high]), None, None)
+    step = 2 * WARM_HALF_WIDTH
+    while hi is None and high < 2.0 ** LADDER_LIMIT:  # everything held: climb
+        high = min(high * (1 + step), 2.0 ** LADDER_LIMIT)
+        lo, hi = split([high], run([high]), lo, hi)
+        step *= 2
+    while lo is None and low > 2.0 ** -LADDER_LIMIT:  # the lowest probe failed: descend
+        hi = low
+        low = max(low / (1 + step), 2.0 ** -LADDER_LIMIT)
+        if run([low])[0]:
+            lo = low
+        step *= 2
+    return lo, hi
 
 
 def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: float | None, hi: float | None,
@@ -176,10 +214,10 @@ def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: 
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, probes_per_round: int = 1,
-                    min_requests: int = MIN_REQUESTS) -> dict:
+                    min_requests: int = MIN_REQUESTS, near: float | None = None) -> dict:
     """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
-    time elsewhere (pddbench.sweep.capacity_run puts them on an executor)."""
-    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests)[0]
+    time elsewhere (pddbench.sweep.capacity_run puts them on an executor); `near`: a warm start."""
+    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests, near)[0]
 
 
 def check_capacity_workload(sc: Scenario, where: str) -> None:

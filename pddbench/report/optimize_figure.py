@@ -11,7 +11,7 @@ from pddbench.report.plotting import pyplot
 def optimize_figure(result: dict, path: Path) -> None:
     plt = pyplot()
     # the measured splits only: a pruned search lists hundreds more, which have no capacity to draw
-    rows = [r for r in result["candidates"] if r.get("coarse") or r.get("full")]
+    rows = [r for r in result["candidates"] if r.get("coarse") or r.get("full") or r.get("check")]
     x = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows) + 2), 4))
     coarse = [(r["coarse"] or {}).get("throughput_within_sla_rps") for r in rows]
@@ -20,6 +20,11 @@ def optimize_figure(result: dict, path: Path) -> None:
         ax.bar([i - 0.2 for i in x], [c or 0 for c in coarse], width=0.4, color="lightgrey", label="coarse trace")
     colors = ["green" if r["label"] == result["best"]["label"] else "steelblue" for r in rows]
     ax.bar([i + 0.2 for i in x], [f or 0 for f in full], width=0.4, color=colors, label="full trace (green: best)")
+    # a checked split (pddbench/sweep/checked_search.py): failed where the best first failed, so below that rate
+    checked = [i for i, r in enumerate(rows) if r.get("full") is None and r.get("check")]
+    if checked:
+        ax.bar([i + 0.2 for i in checked], [rows[i]["check"]["offered_rps"] for i in checked], width=0.4,
+               color="none", edgecolor="grey", hatch="//", label="checked: below this (failed there)")
     ax.set_xticks(list(x))
     ax.set_xticklabels([r["label"] for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("throughput within SLA (req/s)")

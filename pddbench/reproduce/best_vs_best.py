@@ -19,7 +19,7 @@ from typing import Callable
 from pddbench.measure.capacity import MIN_REQUESTS
 from pddbench.reproduce.claim_rows import change, row, unsteady, unsteady_reason
 from pddbench.reproduce.ledger import Row
-from pddbench.sweep.optimize import chips_used, label, optimize
+from pddbench.sweep.optimize import chips_used, label
 from pddbench.schema.scenario import Scenario
 from pddbench.sweep.executors import Executor
 
@@ -35,12 +35,15 @@ PLAN = {"sizes": [8], "coarse_requests": None, "refine_top": 3}
 
 def search(scenarios: dict[str, Scenario], executor: Executor, iterations: int,
            on_stage: Callable[[str], None] | None = None) -> dict[str, dict]:
-    """`optimize` for each deployment in `scenarios` (paper name -> seed-0 scenario), at BUDGETS."""
+    """Each deployment's best split in `scenarios` (paper name -> seed-0 scenario) at BUDGETS:
+    every candidate measured, the best by a capacity search and the others by a check where the
+    best first failed (pddbench/sweep/checked_search.py: the exhaustive search's answer)."""
+    from pddbench.sweep.checked_search import optimize_checked
+
     out = {}
     for name, sc in scenarios.items():
         n = sc.workload.synth.requests if sc.workload.synth else None
-        out[name] = optimize(sc, BUDGETS[name], PLAN["sizes"], executor, iterations, n, PLAN["coarse_requests"],
-                             PLAN["refine_top"], on_stage)
+        out[name] = optimize_checked(sc, BUDGETS[name], PLAN["sizes"], executor, iterations, n, on_stage)
     return out
 
 
@@ -73,6 +76,8 @@ def search_note(best: dict[str, dict]) -> str:
         how = f"{s['candidates']} maximal splits of {'/'.join(map(str, res['sizes']))}-chip instances"
         how += (f", coarse on {s['coarse_requests']:,} requests then the top {s['refined']} on {s['requests']:,}"
                 if s["coarse_requests"] else f" on {s['requests']:,} requests")
+        if s.get("checked") is not None:
+            how += f" ({s['searched']} searched, {s['checked']} checks)"
         parts.append(f"{name} at {','.join(f'{k}={v}' for k, v in res['budget'].items())}: {how}, best "
                      f"{res['best']['label']} (shipped {res['scenario_split']})")
     return "Split search (seed 0): " + "; ".join(parts) + "."
@@ -113,7 +118,9 @@ def measure_rows(s: dict, cap: dict, best: dict[str, dict], plan: dict[str, dict
                         for x, y in zip(cap[a], cap[b])]
     sp = {n: p["split"] for n, p in plan.items()}
     lab = {n: p["label"] for n, p in plan.items()}
-    note = search_note(best) + (" One instance size (8 chips), every split measured on the steady trace; other "
+    note = search_note(best) + (" One instance size (8 chips), every split measured on the steady trace (the "
+                                "best by a capacity search, each other by a simulation where the best's search first "
+                                "failed: failing there it cannot be better); other "
                                 "sizes: the report's 'Other instance sizes' (`reproduce --full`), or `pddbench "
                                 "optimize --prune --rank pools --sizes 4-16`.")
     short = [c for n in (base, pdd, ctl) for c in cap[n] if c.get("warnings")]

@@ -6,6 +6,7 @@ two bisections is simulated once."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Callable
 
@@ -30,7 +31,13 @@ class Climber:
         self.caps: dict[tuple[Job, int], dict] = {}
         self._scenarios: dict[Job, object] = {}
         self._offered: dict[str, float] = {}
-        self.searches = 0
+        self._canon: dict[Job, Job] = {}
+        self._by_content: dict[str, Job] = {}
+        self.below: dict[tuple[Job, int], float] = {}  # a split that failed a neighbour check at this rate scale
+        self.searches = 0  # capacity searches run, probes they simulated, how many were warm-started
+        self.probes = 0
+        self.warm = 0
+        self.checks = 0  # neighbour checks (one simulation each)
 
     def scenario(self, job: Job):
         if job not in self._scenarios:
@@ -38,28 +45,116 @@ class Climber:
             self._scenarios[job] = _variant(dep, 0, self.cfg, [f"workload.synth.requests={self.requests}", *extra])
         return self._scenarios[job]
 
+    def effort(self) -> dict[str, int]:
+        """What the climber has simulated so far (crossovers.json's settings)."""
+        return {"capacity_searches": self.searches, "capacity_probes": self.probes,
+                "warm_started_searches": self.warm, "neighbour_checks": self.checks,
+                "simulations": self.probes + self.checks}
+
+    def canon(self, job: Job) -> Job:
+        """The first job seen whose scenario is this one's (e.g. `model=` the shipped model, or a
+        frontier row at a probed value): its capacities are this job's, never searched twice."""
+        if job not in self._canon:
+            key = hashlib.sha256(self.scenario(job).model_dump_json().encode()).hexdigest()
+            self._canon[job] = self._by_content.setdefault(key, job)
+        return self._canon[job]
+
     def candidates(self, dep: str) -> list[dict]:
         return candidate_splits(self.scenario((dep, ())), bvb.BUDGETS[dep], [cx.SIZE])
 
-    def best(self, start: dict[Job, int]) -> dict[Job, tuple[int, dict]]:
-        """Each job's best split index and capacity: from its `start` index, evaluate it and its
-        neighbours, move to the better neighbour until both neighbours are lower (all jobs' climbs
-        at once, so the executor's workers share them)."""
+    def best(self, start: dict[Job, int], near: dict[Job, Job] | None = None) -> dict[Job, tuple[int, dict]]:
+        """Each job's best split index and capacity: from its `start` index, move to a better
+        neighbour until neither neighbour is better (all jobs' climbs at once, so the executor's
+        workers share them). A neighbour is better when it holds the SLA at the rate where the
+        current split first failed (the top of its capacity's bracket): one simulation checks
+        that, and only a neighbour that holds there is searched in full. One that fails there is
+        at most as good within the search's resolution (a tie keeps the current split).
+        `near`: per job, the job of the nearest probe already climbed, whose capacities
+        warm-start this one's searches (self.hint)."""
+        canon = {j: self.canon(j) for j in start}  # a job whose scenario an earlier job already is
+        if any(c != j for j, c in canon.items()):
+            res = self.best({canon[j]: i for j, i in start.items()},
+                            {canon[j]: self.canon(n) for j, n in (near or {}).items()})
+            return {j: res[canon[j]] for j in start}
         jobs = list(start)
-        cands = {dep: self.candidates(dep) for dep in {j[0] for j in jobs}}
-        todo = {j: {i for i in (start[j] - 1, start[j], start[j] + 1) if 0 <= i < len(cands[j[0]])} for j in jobs}
-        while any(todo.values()):
-            batch = [(j, i) for j, idx in todo.items() for i in sorted(idx) if (j, i) not in self.caps]
-            if batch:
-                self.on_stage(f"{len(batch)} capacity searches ({self.requests:,} requests each)")
-                scen = [with_split(self.scenario(j), cands[j[0]][i]) for j, i in batch]
-                for key, cap in zip(batch, measure(scen, self.ex, self.iterations)):
-                    self.caps[key] = cap
-                self.searches += len(batch)
-            for j in jobs:
-                b = self._argbest(j, len(cands[j[0]]))
-                todo[j] = {i for i in (b - 1, b + 1) if 0 <= i < len(cands[j[0]]) and (j, i) not in self.caps}
-        return {j: (b, self.caps[(j, b)]) for j in jobs for b in [self._argbest(j, len(cands[j[0]]))]}
+        count = {dep: len(self.candidates(dep)) for dep in {j[0] for j in jobs}}
+        at = dict(start)
+        while True:
+            self._search([(j, at[j]) for j in jobs if (j, at[j]) not in self.caps], near or {})
+            checks = [(j, n) for j in jobs for n in (at[j] - 1, at[j] + 1)
+                      if 0 <= n < count[j[0]] and (j, n) not in self.caps and not self._known_lower(j, n, at[j])]
+            held = self._check(checks, at)
+            self._search([k for k, ok in zip(checks, held) if ok], near or {})
+            moved = {j: self._argbest(j, count[j[0]]) for j in jobs}
+            if not checks and moved == at:
+                return {j: (at[j], self.caps[(j, at[j])]) for j in jobs}
+            at = moved
+
+    def _search(self, batch: list[tuple[Job, int]], near: dict[Job, Job]) -> None:
+        """Full capacity searches of (job, split index), warm-started where a neighbour is known."""
+        if not batch:
+            return
+        self.on_stage(f"{len(batch)} capacity searches ({self.requests:,} requests each)")
+        scen = [with_split(self.scenario(j), self.candidates(j[0])[i]) for j, i in batch]
+        hints = [self.hint(j, i, near.get(j)) for j, i in batch]
+        for key, cap in zip(batch, self._capacities(scen, hints)):
+            self.caps[key] = cap
+        self.searches += len(batch)
+        self.probes += sum(len(self.caps[key].get("probes", ())) for key in batch)
+        self.warm += sum(h is not None for h in hints)
+
+    def _check(self, checks: list[tuple[Job, int]], at: dict[Job, int]) -> list[bool]:
+        """Whether each neighbour (job, n) holds the SLA where the job's current split first
+        failed (one steady-state simulation each); True where that split has no such rate (no
+        rate held, or none failed): then only a full search tells. A failure is kept in self.below."""
+        rated = [(j, n) for j, n in checks if self._top(j, at[j]) is not None]
+        scen = []
+        for j, n in rated:
+            sc = with_split(self.scenario(j), self.candidates(j[0])[n])
+            sc.workload.rate_scale = self._top(j, at[j])
+            scen.append(sc)
+        verdict = {}
+        for (j, n), ok in zip(rated, self._holds(scen) if scen else []):
+            verdict[(j, n)] = ok
+            if not ok:
+                self.below[(j, n)] = self._top(j, at[j])
+        self.checks += len(scen)
+        return [verdict.get(k, True) for k in checks]
+
+    def _top(self, job: Job, i: int) -> float | None:
+        """The rate scale where split i's search first failed above its answer (its bracket's top)."""
+        cap = self.caps[(job, i)]
+        if not cap.get("rate_scale") or cap.get("resolution_rate_scale") is None:
+            return None
+        return round(cap["rate_scale"] + cap["resolution_rate_scale"], 6)
+
+    def _capacities(self, scenarios: list, hints: list[float | None]) -> list[dict]:
+        """Capacity searches on the executor (the sweep's capacity tasks)."""
+        return measure(scenarios, self.ex, self.iterations, hints)
+
+    def _holds(self, scenarios: list) -> list[bool]:
+        """The steady-state SLA verdict of one simulation of each scenario, on the executor."""
+        self.on_stage(f"{len(scenarios)} neighbour checks (one simulation each)")
+        payloads = [_payload(sc, "simulate", self.cfg) for sc in scenarios]
+        return [s["steady"]["holds"] for s in results_in_order(self.ex, payloads, "summary",
+                                                                 lambda _i: "a neighbour's check")]
+
+    def _known_lower(self, job: Job, n: int, i: int) -> bool:
+        """Split n failed a check at or below where split i first failed: it is not better."""
+        top = self._top(job, i)
+        return (job, n) in self.below and top is not None and self.below[(job, n)] <= top
+
+    def hint(self, job: Job, index: int, near: Job | None) -> float | None:
+        """A warm start for (job, split index): the same split's answer at the nearest probe, else
+        the nearest split's answer on this job, else on the nearest probe; None: a cold search."""
+        for j in (near, job):
+            if j is not None and (j, index) in self.caps:
+                return self.caps[(j, index)].get("rate_scale")
+        for j in (job, near):
+            known = [i for (jj, i) in self.caps if jj == j and j is not None]
+            if known:
+                return self.caps[(j, min(known, key=lambda i: (abs(i - index), i)))].get("rate_scale")
+        return None
 
     def prefill(self, optimized: dict) -> None:
         """Keep the capacities `optimize` measured on the shipped values (its result for one
@@ -69,6 +164,8 @@ class Climber:
         for row in optimized["candidates"]:
             if row.get("full") and row["label"] in index:
                 self.caps[((dep, ()), index[row["label"]])] = row["full"]
+            elif (row.get("check") or {}).get("holds") is False and row["label"] in index:
+                self.below[((dep, ()), index[row["label"]])] = row["check"]["rate_scale"]
 
     def offered_rps(self, dep: str) -> float:
         """The shipped trace's offered rate at rate scale 1 (summary.offered_rps's definition)."""
@@ -101,15 +198,19 @@ def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict
     def sets(d: str, a: cx.Axis, v: float) -> list[str]:
         return [] if d == "same-dc-pd" and a.pdd_only else a.overrides(v)
 
+    def job_at(d: str, v: float | None) -> Job:
+        """Deployment d's job at axis value v (None: the held values alone, the search's start)."""
+        return (d, tuple((sets(d, *at) if at else []) + ([] if v is None else sets(d, axis, v))))
+
     def advantage(values: list[float]) -> list[float | None]:
-        jobs = {v: {d: (d, tuple((sets(d, *at) if at else []) + sets(d, axis, v))) for d in cx.DEPLOYMENTS}
-                for v in values}
+        jobs = {v: {d: job_at(d, v) for d in cx.DEPLOYMENTS} for v in values}
         distance = lambda u, v: abs(math.log(u / v)) if axis.log and u > 0 < v else abs(u - v)
-        starts = {}
-        for v in values:  # each climb starts from the nearest earlier probe's best
+        starts, near = {}, {}
+        for v in values:  # each climb starts from the nearest earlier probe's best, warm from its capacities
             u = min(found, key=lambda u: distance(u, v), default=None)
             starts.update({jobs[v][d]: (found[u] if u is not None else start)[d] for d in cx.DEPLOYMENTS})
-        res = cl.best(starts)
+            near.update({jobs[v][d]: job_at(d, u) for d in cx.DEPLOYMENTS})
+        res = cl.best(starts, near)
         out = []
         for v in values:
             best = {d: res[jobs[v][d]] for d in cx.DEPLOYMENTS}
@@ -126,13 +227,13 @@ def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict
 
 def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, requests: int, iterations: int,
                on_stage: Callable[[str], None] | None = None, optimized: dict[str, dict] | None = None,
-               on_axis: Callable[[dict], None] | None = None) -> dict:
+               on_axis: Callable[[dict], None] | None = None, climber: Climber | None = None) -> dict:
     """Every crossover of `axes` (names of cx.AXES, plus cx.PRICE_AXIS and cx.LOAD_AXIS) for the
     claims that move along them; returns crossovers.json's content. `optimized`: optimize's
     results at the shipped values on the same trace (reproduce's), reused and climbed from;
     `on_axis` gets the result so far after each axis (what an interrupted run keeps)."""
     say = on_stage or (lambda _m: None)
-    cl = Climber(ex, cfg, requests, iterations, on_stage)
+    cl = climber or Climber(ex, cfg, requests, iterations, on_stage)
     index = {d: {label(c): i for i, c in enumerate(cl.candidates(d))} for d in cx.DEPLOYMENTS}
     start = {d: len(index[d]) // 2 for d in cx.DEPLOYMENTS}
     for opt in (optimized or {}).values():
@@ -194,7 +295,7 @@ def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: 
                             "throughput_within_sla_rps": caps[d]["throughput_within_sla_rps"],
                             "bcr": caps[d]["bcr"], "bound_by": caps[d]["bound_by"]} for d in cx.DEPLOYMENTS},
             "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
-                         "chips_per_instance": cx.SIZE, "capacity_searches": cl.searches}}
+                         "chips_per_instance": cx.SIZE, **cl.effort()}}
 
 
 def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixed: str,
@@ -205,7 +306,7 @@ def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixe
     choice = cx.ModelChoice()
     say(f"model {model}: best splits at the shipped values")
     jobs = {d: (d, tuple(choice.overrides(model))) for d in cx.DEPLOYMENTS}
-    res = cl.best({jobs[d]: start[d] for d in cx.DEPLOYMENTS})
+    res = cl.best({jobs[d]: start[d] for d in cx.DEPLOYMENTS}, {jobs[d]: (d, ()) for d in cx.DEPLOYMENTS})
     best = {d: res[jobs[d]] for d in cx.DEPLOYMENTS}
     thr = _advantage("throughput_change_best", best["pdd"][1], best["same-dc-pd"][1])
     ttft = _ttft_changes(cl, {d: (jobs[d], best[d][0]) for d in cx.DEPLOYMENTS},
@@ -222,9 +323,11 @@ def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixe
         """PDD's mean-TTFT advantage (%, positive: PDD faster) at each line rate, best splits there."""
         sets = lambda d, v: choice.overrides(model) + ([] if d == "same-dc-pd" else rate_axis.overrides(v))
         jobs_at = {v: {d: (d, tuple(sets(d, v))) for d in cx.DEPLOYMENTS} for v in values}
-        near = lambda v: splits[min(splits, key=lambda u: abs(math.log(u / v)))] if splits else \
-            {d: best[d][0] for d in cx.DEPLOYMENTS}
-        res = cl.best({jobs_at[v][d]: near(v)[d] for v in values for d in cx.DEPLOYMENTS})
+        nearest = lambda v: min(splits, key=lambda u: abs(math.log(u / v))) if splits else None
+        near = lambda v: splits[nearest(v)] if splits else {d: best[d][0] for d in cx.DEPLOYMENTS}
+        near_job = lambda d, v: jobs[d] if nearest(v) is None else (d, tuple(sets(d, nearest(v))))
+        res = cl.best({jobs_at[v][d]: near(v)[d] for v in values for d in cx.DEPLOYMENTS},
+                      {jobs_at[v][d]: near_job(d, v) for v in values for d in cx.DEPLOYMENTS})
         out = []
         for v in values:
             at = {d: (jobs_at[v][d], res[jobs_at[v][d]][0]) for d in cx.DEPLOYMENTS}
@@ -296,7 +399,8 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
     check_out_options(out, results)
     axes = cx.parse_axes(axes_text)
     front_axes = cx.parse_frontier(frontier_text) if frontier_text else None
-    per_search = capacity_probes(iterations) * requests * SIM_S_PER_REQUEST
+    # a search's probes and its share of the climbs' one-simulation neighbour checks
+    per_search = (capacity_probes(iterations) + cx.CHECKS_PER_SEARCH) * requests * SIM_S_PER_REQUEST
     n = cx.estimated_searches(axes, steps, front_axes, frontier_points)
     check_size(f"--axes {','.join(axes)} with --steps {steps} needs about", n, max_searches, per_search,
                "give --max-searches N (or fewer --axes, fewer --steps)",
@@ -317,11 +421,14 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
             folder.interrupted(f"crossovers.json ({len({i['axis'] for i in res['crossovers']})} axes searched)")
 
         with make_executor(jobs, ray) as ex:
-            result = search_all(ex, cfg, axes, steps, requests, iterations, on_stage=say, on_axis=keep)
+            cl = Climber(ex, cfg, requests, iterations, say)  # one for the axes and the frontier: nothing searched twice
+            result = search_all(ex, cfg, axes, steps, requests, iterations, on_stage=say, on_axis=keep, climber=cl)
             if front_axes:
                 keep(result)
                 result["frontier"] = frontier(ex, cfg, *front_axes, cx.frontier_values(front_axes[1], frontier_points),
-                                              steps, requests, iterations, say)
+                                              steps, requests, iterations, say, climber=cl)
+        result["settings"].update(cl.effort(), estimated_capacity_searches=n,
+                                  estimated_simulations=n * (capacity_probes(iterations) + cx.CHECKS_PER_SEARCH))
         result.update(complete=True, interrupted=False)
         result["words"] = cx.words(result["crossovers"])
         if front_axes:
@@ -350,29 +457,33 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
     every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS, cx.MODEL_AXIS]
     axes = every if cfg.full else [cx.PRICE_AXIS, cx.LOAD_AXIS]
     with make_executor(cfg.jobs, cfg.ray) as ex:
+        cl = Climber(ex, cfg, cfg.capacity_requests, cfg.capacity_iterations, on_stage)
         res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,
-                         optimized)
+                         optimized, climber=cl)
         res["words"] = cx.words(res["crossovers"])
         top = [r["axis"] for r in res["axes_ranked"][:2]]
         if len(top) == 2:  # the two axes that move the throughput gain most
             res["frontier"] = frontier(ex, cfg, *top, cx.frontier_values(top[1], FRONTIER_POINTS), REPRODUCE_STEPS,
-                                       cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized)
+                                       cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized, climber=cl)
             res["words"].append(cx.frontier_words(res["frontier"]))
+        res["settings"].update(cl.effort())
     res["not_searched"] = [a for a in every if a not in axes]
     return res
 
 
 def frontier(ex: Executor, cfg: Settings, x: str, y: str, y_values: list[float], steps: int, requests: int,
              iterations: int, on_stage: Callable[[str], None] | None = None,
-             optimized: dict[str, dict] | None = None) -> dict:
+             optimized: dict[str, dict] | None = None, climber: Climber | None = None) -> dict:
     """The 2-D frontier of the throughput claim: for each value of axis `y`, the crossover along
     axis `x` (None where the sign does not change), so a figure can shade where PDD wins."""
     say = on_stage or (lambda _m: None)
-    cl = Climber(ex, cfg, requests, iterations, on_stage)
-    start = {d: len(cl.candidates(d)) // 2 for d in cx.DEPLOYMENTS}
-    for d, opt in (optimized or {}).items():
+    cl = climber or Climber(ex, cfg, requests, iterations, on_stage)
+    before = cl.effort()
+    for opt in (optimized or {}).values():
         cl.prefill(opt)
-        start[d] = {label(c): i for i, c in enumerate(cl.candidates(d))}.get(opt["best"]["label"], start[d])
+    # climbs start from the shipped values' best where it is known (a shared climber), else the middle
+    start = {d: cl._argbest((d, ()), n) if any(k[0] == (d, ()) for k in cl.caps) else n // 2
+             for d in cx.DEPLOYMENTS for n in [len(cl.candidates(d))]}
     ax, ay = cx.AXES[x], cx.AXES[y]
     rows = []
     for v in y_values:
@@ -382,4 +493,4 @@ def frontier(ex: Executor, cfg: Settings, x: str, y: str, y_values: list[float],
                      "probes": [{"value": a, "advantage_pct": b} for a, b in res["probes"]]})
     return {"claim": "throughput_change_best", "x": x, "y": y, "x_range": [ax.lo, ax.hi], "rows": rows,
             "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
-                         "capacity_searches": cl.searches}}
+                         **{k: v - before[k] for k, v in cl.effort().items()}}}

@@ -264,16 +264,21 @@ def parse_axes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+CHECKS_PER_SEARCH = 2  # a climb's neighbour checks (one simulation each) per capacity search, typical
+
+
 def estimated_searches(axes: list[str], steps: int, frontier: tuple[str, str] | None = None, points: int = 0) -> int:
-    """Capacity searches a crossover run typically needs: the shipped values' climbs, then per
-    simulated axis both claims' probes (ends shared), each probe a climb of ~3 splits of PDD
-    (and of same-DC PD where the axis changes it)."""
-    n = 12
+    """Capacity searches a crossover run typically needs (crossover_search.Climber): at every
+    probe value one search of each changed deployment's best split (its neighbours are checked
+    with one simulation each, CHECKS_PER_SEARCH) plus a few where the best split moves (two per
+    axis); the shipped values' two. A scenario already searched (e.g. `model=` the shipped model)
+    is not searched again, which this leaves out: an upper estimate."""
+    n = 2
     for a in axes:
         if a in AXES:
-            n += (2 + 2 * steps) * 3 * (1 if AXES[a].pdd_only else 2)
-        elif a == MODEL_AXIS:  # per model: both climbs at the shipped values, then two line-rate bisections
-            n += len(axis_models()) * (6 + 2 * (2 + steps) * 3 * 2)
+            n += (2 + 2 * steps) * (1 if AXES[a].pdd_only else 2) + 2
+        elif a == MODEL_AXIS:  # per model: both best splits, then the two line-rate bisections (PDD only)
+            n += len(axis_models()) * (2 + 2 * (2 + steps) + 2)
     if frontier:
-        n += points * (2 + steps) * 3 * (1 if all(AXES[a].pdd_only for a in frontier) else 2)
+        n += points * ((2 + steps) * (1 if all(AXES[a].pdd_only for a in frontier) else 2) + 2)
     return n

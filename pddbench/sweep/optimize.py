@@ -296,18 +296,24 @@ def with_split(sc: Scenario, split: dict, max_requests: int | None = None) -> Sc
     return Scenario.model_validate(trial.model_dump())  # validated as a scenario file would be
 
 
-def measure(scenarios: list[Scenario], executor: Executor, iterations: int) -> list[dict]:
-    """Each scenario's capacity result, as `capacity` tasks (the sweep's capacity measure)."""
+def measure(scenarios: list[Scenario], executor: Executor, iterations: int,
+            near: list[float | None] | None = None) -> list[dict]:
+    """Each scenario's capacity result, as `capacity` tasks (the sweep's capacity measure);
+    `near`: per scenario, a warm start's rate scale or None (pddbench/measure/capacity.py)."""
     cache: dict = {}
     payloads = []
-    for sc in scenarios:
+    for i, sc in enumerate(scenarios):
         data, blobs = ship_scenario(sc, cache)
-        payloads.append(make_payload({"kind": "capacity", "scenario": data, "iterations": iterations}, blobs))
+        task = {"kind": "capacity", "scenario": data, "iterations": iterations}
+        if near and near[i]:
+            task["near"] = near[i]
+        payloads.append(make_payload(task, blobs))
     return results_in_order(executor, payloads, "capacity", lambda _i: "capacity of a candidate")
 
 
 def _brief(cap: dict) -> dict:
-    keys = ("throughput_within_sla_rps", "bcr", "cost_per_hour", "bound_by", "bound_by_all", "resolution_rate_scale",
+    keys = ("throughput_within_sla_rps", "rate_scale", "bcr", "cost_per_hour", "bound_by", "bound_by_all",
+            "resolution_rate_scale",
             "requests", "steady_window", "warnings")
     return {k: cap.get(k) for k in keys}
 

@@ -58,7 +58,7 @@ def _capacity(task: dict, files: dict) -> dict:
             out.append(_summary(trial))
         return out
     assert reqs is not None
-    result, summaries = capacity_search(sc, task.get("iterations", 7), probe_many=probe_many)
+    result, summaries = capacity_search(sc, task.get("iterations", 7), probe_many=probe_many, near=task.get("near"))
     return {"capacity": result, "summary": summaries.get(result["rate_scale"]) if result["rate_scale"] else None}
 
 
