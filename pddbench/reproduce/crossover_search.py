@@ -62,7 +62,7 @@ class Climber:
     def candidates(self, dep: str) -> list[dict]:
         return candidate_splits(self.scenario((dep, ())), bvb.BUDGETS[dep], [cx.SIZE])
 
-    def best(self, start: dict[Job, int], near: dict[Job, Job] | None = None) -> dict[Job, tuple[int, dict]]:
+    def best(self, start: dict[Job, int], near: dict[Job, Job | tuple[Job, ...]] | None = None) -> dict[Job, tuple[int, dict]]:
         """Each job's best split index and capacity: from its `start` index, move to a better
         neighbour until neither neighbour is better (all jobs' climbs at once, so the executor's
         workers share them). A neighbour is better when it holds the SLA at the rate where the
@@ -73,8 +73,7 @@ class Climber:
         warm-start this one's searches (self.hint)."""
         canon = {j: self.canon(j) for j in start}  # a job whose scenario an earlier job already is
         if any(c != j for j, c in canon.items()):
-            res = self.best({canon[j]: i for j, i in start.items()},
-                            {canon[j]: self.canon(n) for j, n in (near or {}).items()})
+            res = self.best({canon[j]: i for j, i in start.items()}, {canon[j]: n for j, n in (near or {}).items()})
             return {j: res[canon[j]] for j in start}
         jobs = list(start)
         count = {dep: len(self.candidates(dep)) for dep in {j[0] for j in jobs}}
@@ -144,14 +143,18 @@ class Climber:
         top = self._top(job, i)
         return (job, n) in self.below and top is not None and self.below[(job, n)] <= top
 
-    def hint(self, job: Job, index: int, near: Job | None) -> float | None:
-        """A warm start for (job, split index): the same split's answer at the nearest probe, else
-        the nearest split's answer on this job, else on the nearest probe; None: a cold search."""
-        for j in (near, job):
-            if j is not None and (j, index) in self.caps:
-                return self.caps[(j, index)].get("rate_scale")
-        for j in (job, near):
-            known = [i for (jj, i) in self.caps if jj == j and j is not None]
+    def hint(self, job: Job, index: int, near: tuple[Job, ...] | Job | None) -> float | None:
+        """A warm start for (job, split index): the same split's answers at the nearest probes
+        (their geometric mean: between two probes, an interpolation), else the nearest split's
+        answer on this job, else on a nearest probe; None: a cold search."""
+        near = (near,) if near is None or isinstance(near[0], str) else near
+        near = tuple(self.canon(j) for j in near if j is not None)
+        same = [self.caps[(j, index)].get("rate_scale") for j in near if (j, index) in self.caps]
+        same = [r for r in same if r]
+        if same:
+            return math.exp(sum(math.log(r) for r in same) / len(same))
+        for j in (job, *near):
+            known = [i for (jj, i) in self.caps if jj == j]
             if known:
                 return self.caps[(j, min(known, key=lambda i: (abs(i - index), i)))].get("rate_scale")
         return None
@@ -190,39 +193,92 @@ def _advantage(claim: str, pdd: dict, same: dict) -> float | None:
     return change(pdd["bcr"], same["bcr"])
 
 
-def _axis_search(cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict[str, int],
-                 found: dict[float, dict], say: Callable[[str], None], at: tuple[cx.Axis, float] | None = None) -> dict:
-    """The bisection of `claim` along `axis`, every probe best split against best split; `found`
-    (axis value -> best split index per deployment) is shared by the claims of one axis; `at`:
-    another axis held at a value (a frontier's row)."""
-    def sets(d: str, a: cx.Axis, v: float) -> list[str]:
+class AxisSearch:
+    """The bisection of `claim` along `axis`, every probe best split against best split, as a
+    step at a time (prepare the climbs of the next probe values, then finish with their results),
+    so that side_by_side can climb many searches' probes in one batch. `found` (axis value -> best
+    split index per deployment) is shared by the claims of one axis; `at`: another axis held at a
+    value (a frontier's row, a model). The TTFT claim ("ttft_change_common") simulates both best
+    splits at half the smaller capacity at each probe (the model axis's line-rate crossover)."""
+
+    def __init__(self, cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict[str, int],
+                 found: dict[float, dict], say: Callable[[str], None], at: tuple | None = None):
+        self.cl, self.axis, self.claim, self.start, self.found, self.say, self.at = cl, axis, claim, start, found, say, at
+        found.setdefault(axis.shipped, dict(start))  # the start: the shipped value's best splits, already known
+        self.gen = cx.bisect_steps(axis.lo, axis.hi, steps, axis.log)
+        self.pending: list[float] = next(self.gen)
+        self.result: dict | None = None
+
+    def _sets(self, d: str, a, v) -> list[str]:
         return [] if d == "same-dc-pd" and a.pdd_only else a.overrides(v)
 
-    def job_at(d: str, v: float | None) -> Job:
-        """Deployment d's job at axis value v (None: the held values alone, the search's start)."""
-        return (d, tuple((sets(d, *at) if at else []) + ([] if v is None else sets(d, axis, v))))
+    def job_at(self, d: str, v: float | None) -> Job:
+        """Deployment d's job at axis value v (None or the shipped value: the held values alone,
+        the search's start, whose probes are known)."""
+        v = None if v == self.axis.shipped else v
+        held = self._sets(d, *self.at) if self.at else []
+        return (d, tuple(held + ([] if v is None else self._sets(d, self.axis, v))))
 
-    def advantage(values: list[float]) -> list[float | None]:
-        jobs = {v: {d: job_at(d, v) for d in cx.DEPLOYMENTS} for v in values}
-        distance = lambda u, v: abs(math.log(u / v)) if axis.log and u > 0 < v else abs(u - v)
+    def prepare(self) -> tuple[dict[Job, int], dict[Job, Job]]:
+        """The climbs of the pending values: each from the nearest earlier probe's best, warm
+        from its capacities."""
+        log = self.axis.log
+        distance = lambda u, v: abs(math.log(u / v)) if log and u > 0 < v else abs(u - v)
         starts, near = {}, {}
-        for v in values:  # each climb starts from the nearest earlier probe's best, warm from its capacities
-            u = min(found, key=lambda u: distance(u, v), default=None)
-            starts.update({jobs[v][d]: (found[u] if u is not None else start)[d] for d in cx.DEPLOYMENTS})
-            near.update({jobs[v][d]: job_at(d, u) for d in cx.DEPLOYMENTS})
-        res = cl.best(starts, near)
-        out = []
-        for v in values:
-            best = {d: res[jobs[v][d]] for d in cx.DEPLOYMENTS}
-            found[v] = {d: best[d][0] for d in cx.DEPLOYMENTS}
-            out.append(_advantage(claim, best["pdd"][1], best["same-dc-pd"][1]))
-            split = lambda d: f"{label(cl.candidates(d)[best[d][0]])} {best[d][1]['throughput_within_sla_rps']:.3g} req/s"
-            held = f", {at[0].name} = {at[1]:.4g}" if at and not isinstance(at[1], str) else (f", {at[1]}" if at else "")
-            say(f"{axis.name} = {v:.4g}{held}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: {claim} "
-                + ("not measurable" if out[-1] is None else f"{out[-1]:+.1f} %"))
-        return out
+        for v in self.pending:
+            u = min(self.found, key=lambda u: distance(u, v), default=None)
+            # the nearest known probes on either side: the warm start interpolates between them
+            sides = [max((w for w in self.found if w < v), default=None), min((w for w in self.found if w > v), default=None)]
+            sides = [w for w in sides if w is not None] or [u]
+            for d in cx.DEPLOYMENTS:
+                starts[self.job_at(d, v)] = (self.found[u] if u is not None else self.start)[d]
+                near[self.job_at(d, v)] = tuple(self.job_at(d, w) for w in sides)
+        return starts, near
 
-    return cx.bisect(advantage, axis.lo, axis.hi, steps, axis.log)
+    def finish(self, res: dict[Job, tuple[int, dict]]) -> None:
+        """Take the climbs' results, evaluate the claim at each pending value, take a step."""
+        out = []
+        for v in self.pending:
+            best = {d: res[self.job_at(d, v)] for d in cx.DEPLOYMENTS}
+            self.found[v] = {d: best[d][0] for d in cx.DEPLOYMENTS}
+            out.append(self._advantage(v, best))
+            split = lambda d: (f"{label(self.cl.candidates(d)[best[d][0]])} "
+                               f"{best[d][1]['throughput_within_sla_rps']:.3g} req/s")
+            held = (f", {self.at[0].name} = {self.at[1]:.4g}" if self.at and not isinstance(self.at[1], str)
+                    else (f", {self.at[1]}" if self.at else ""))
+            self.say(f"{self.axis.name} = {v:.4g}{held}: PDD {split('pdd')} vs same-DC {split('same-dc-pd')}: "
+                     f"{self.claim} " + ("not measurable" if out[-1] is None else f"{out[-1]:+.1f} %"))
+        try:
+            self.pending = self.gen.send(out)
+        except StopIteration as done:
+            self.pending, self.result = [], done.value
+
+    def _advantage(self, v: float, best: dict) -> float | None:
+        if self.claim != "ttft_change_common":
+            return _advantage(self.claim, best["pdd"][1], best["same-dc-pd"][1])
+        at = {d: (self.job_at(d, v), best[d][0]) for d in cx.DEPLOYMENTS}
+        smaller = min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS)
+        ch = _ttft_changes(self.cl, at, smaller, [cx.MODEL_LOAD_FRACTION])[0]
+        return None if ch is None else -ch  # positive: PDD faster, the article's way
+
+
+def side_by_side(cl: Climber, searches: list[AxisSearch], on_done: Callable[[AxisSearch], None] | None = None) -> None:
+    """Run the searches together: each round climbs every unfinished search's next probes in one
+    batch (both workers of -j 2 busy; probes shared by two searches climbed once), then each takes
+    its step. The rounds do not depend on timing or -j, so neither do the results."""
+    while any(s.result is None for s in searches):
+        active = [s for s in searches if s.result is None]
+        starts, near = {}, {}
+        for s in active:
+            st, nr = s.prepare()
+            for job in st:
+                starts.setdefault(job, st[job])
+                near.setdefault(job, nr[job])
+        res = cl.best(starts, near)
+        for s in active:
+            s.finish(res)
+            if s.result is not None and on_done:
+                on_done(s)
 
 
 def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, requests: int, iterations: int,
@@ -247,42 +303,71 @@ def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, request
     caps = {d: best_at[d][1] for d in cx.DEPLOYMENTS}
     fixed = "every other assumption at its shipped value (scenarios/paper/*.yaml), seed 0, " \
             f"best splits of {cx.SIZE}-chip instances at every probe, {requests:,}-request steady traces"
-    items, spreads = [], {}
+    by_axis: dict[str, list[dict]] = {}  # each axis's items, as they finish
+    spreads: dict[str, float] = {}
+    partial = lambda: _result(cl, [i for a in axes for i in by_axis.get(a, [])], spreads, best_at, requests,
+                              iterations, steps)
+    for name in axes:  # what needs no capacity search first
+        if name == cx.PRICE_AXIS:
+            by_axis[name] = _price_items(cl, caps, start, fixed)
+        elif name == cx.LOAD_AXIS:
+            by_axis[name] = [_load_crossover(cl, best_at, steps, fixed)]
+        else:
+            continue
+        if on_axis:
+            on_axis(partial())
+    searches: list[AxisSearch] = []
+    owner: dict[int, str] = {}  # search -> the axis it belongs to
     for name in axes:
         if name in cx.AXES:
-            axis = cx.AXES[name]
-            found: dict = {}
+            axis, found = cx.AXES[name], {}
             for claim in ("throughput_change_best", "bcr_change"):
-                say(f"{claim} along {name} ({axis.lo:g} .. {axis.hi:g})")
-                res = _axis_search(cl, axis, claim, steps, start, found, say)
-                items.append(cx.entry(claim, name, res, (axis.lo, axis.hi), fixed,
-                                      f"bisection, {steps} steps{' on a log scale' if axis.log else ''}"))
-                if claim == "throughput_change_best":
-                    adv = [a for _, a in res["probes"] if a is not None]
-                    spreads[name] = max(adv) - min(adv) if adv else 0.0
-        elif name == cx.PRICE_AXIS:
-            sc = cl.scenario(("pdd", ()))
-            now = sc.chips["B"].price_per_hour
-            rng = (0.0, 4 * now)
-            chips_b = chips_used(sc, cl.candidates("pdd")[start["pdd"]]).get("B", 0)
-            res = cx.price_crossover(caps["pdd"], caps["same-dc-pd"], chips_b, now, rng)
-            items.append(cx.entry("bcr_change", name, res, rng, fixed, "solved exactly: capacities do not depend on "
-                                  "the price, PDD's cost per hour is linear in it"))
-            thr = _advantage("throughput_change_best", caps["pdd"], caps["same-dc-pd"])
-            items.append(cx.entry("throughput_change_best", name, {
+                searches.append(AxisSearch(cl, axis, claim, steps, start, found, say))
+                owner[id(searches[-1])] = name
+    models = _ModelAxis(cl, start, steps, fixed, say) if cx.MODEL_AXIS in axes else None
+    if models:
+        for srch in models.searches():
+            searches.append(srch)
+            owner[id(srch)] = cx.MODEL_AXIS
+    if searches:
+        say(f"{len(searches)} bisections side by side: "
+            + ", ".join(dict.fromkeys(owner[id(x)] for x in searches)))
+
+    def done(srch: AxisSearch) -> None:
+        name = owner[id(srch)]
+        mine = [x for x in searches if owner[id(x)] == name]
+        if any(x.result is None for x in mine):
+            return
+        if name == cx.MODEL_AXIS:
+            by_axis[name] = models.items()
+        else:
+            axis = cx.AXES[name]
+            by_axis[name] = [cx.entry(x.claim, name, x.result, (axis.lo, axis.hi), fixed,
+                                      f"bisection, {steps} steps{' on a log scale' if axis.log else ''}") for x in mine]
+            adv = [a for _, a in mine[0].result["probes"] if a is not None]
+            spreads[name] = max(adv) - min(adv) if adv else 0.0
+        say(f"{name}: done")
+        if on_axis:
+            on_axis(partial())
+
+    side_by_side(cl, searches, done)
+    return partial()
+
+
+def _price_items(cl: Climber, caps: dict, start: dict[str, int], fixed: str) -> list[dict]:
+    """Chip B's price: solved exactly for BCR and cost per token; throughput does not move."""
+    sc = cl.scenario(("pdd", ()))
+    now = sc.chips["B"].price_per_hour
+    rng = (0.0, 4 * now)
+    chips_b = chips_used(sc, cl.candidates("pdd")[start["pdd"]]).get("B", 0)
+    res = cx.price_crossover(caps["pdd"], caps["same-dc-pd"], chips_b, now, rng)
+    thr = _advantage("throughput_change_best", caps["pdd"], caps["same-dc-pd"])
+    return [cx.entry("bcr_change", cx.PRICE_AXIS, res, rng, fixed, "solved exactly: capacities do not depend on "
+                     "the price, PDD's cost per hour is linear in it"),
+            cx.entry("throughput_change_best", cx.PRICE_AXIS, {
                 "value": None, "direction": "PDD wins across the whole range" if (thr or 0) > 0 else
                 "PDD loses across the whole range", "probes": [(p, thr) for p in rng]}, rng, fixed,
-                "the price changes no capacity"))
-        elif name == cx.LOAD_AXIS:
-            items.append(_load_crossover(cl, best_at, steps, fixed))
-        elif name == cx.MODEL_AXIS:
-            for model in cx.axis_models():
-                items.append(_model_item(cl, model, steps, start, fixed, say))
-                if on_axis:
-                    on_axis(_result(cl, items, spreads, best_at, requests, iterations, steps))
-        if on_axis:
-            on_axis(_result(cl, items, spreads, best_at, requests, iterations, steps))
-    return _result(cl, items, spreads, best_at, requests, iterations, steps)
+                "the price changes no capacity")]
 
 
 def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: dict, requests: int,
@@ -298,53 +383,55 @@ def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: 
                          "chips_per_instance": cx.SIZE, **cl.effort()}}
 
 
-def _model_item(cl: Climber, model: str, steps: int, start: dict[str, int], fixed: str,
-                say: Callable[[str], None]) -> dict:
-    """One model of the model axis: the best splits at the shipped line and SLA with `model=NAME`,
-    PDD's throughput change there, its mean-TTFT change at half the smaller capacity, and the WAN
-    line rate at which the throughput change flips (bisection, the rate axis's range)."""
-    choice = cx.ModelChoice()
-    say(f"model {model}: best splits at the shipped values")
-    jobs = {d: (d, tuple(choice.overrides(model))) for d in cx.DEPLOYMENTS}
-    res = cl.best({jobs[d]: start[d] for d in cx.DEPLOYMENTS}, {jobs[d]: (d, ()) for d in cx.DEPLOYMENTS})
-    best = {d: res[jobs[d]] for d in cx.DEPLOYMENTS}
-    thr = _advantage("throughput_change_best", best["pdd"][1], best["same-dc-pd"][1])
-    ttft = _ttft_changes(cl, {d: (jobs[d], best[d][0]) for d in cx.DEPLOYMENTS},
-                         min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS),
-                         [cx.MODEL_LOAD_FRACTION])[0]
-    rate_axis = cx.AXES[cx.RATE_AXIS]
-    splits: dict = {}  # line rate -> best split index per deployment, shared by both claims' bisections
-    found = _axis_search(cl, rate_axis, "throughput_change_best", steps, {d: best[d][0] for d in cx.DEPLOYMENTS},
-                         splits, say, (choice, model))  # type: ignore[arg-type]
-    rate = cx.entry("throughput_change_best", cx.RATE_AXIS, found, (rate_axis.lo, rate_axis.hi), fixed,
-                    f"bisection, {steps} steps on a log scale")
+class _ModelAxis:
+    """The model axis: for each shipped model, the best splits at the shipped line and SLA with
+    `model=NAME` (all models' climbs in one batch), PDD's throughput change there, its mean-TTFT
+    change at half the smaller capacity, and the WAN line rate at which each of the two flips
+    (two bisections per model over the rate axis's range, run side by side with the others)."""
 
-    def ttft_advantage(values: list[float]) -> list[float | None]:
-        """PDD's mean-TTFT advantage (%, positive: PDD faster) at each line rate, best splits there."""
-        sets = lambda d, v: choice.overrides(model) + ([] if d == "same-dc-pd" else rate_axis.overrides(v))
-        jobs_at = {v: {d: (d, tuple(sets(d, v))) for d in cx.DEPLOYMENTS} for v in values}
-        nearest = lambda v: min(splits, key=lambda u: abs(math.log(u / v))) if splits else None
-        near = lambda v: splits[nearest(v)] if splits else {d: best[d][0] for d in cx.DEPLOYMENTS}
-        near_job = lambda d, v: jobs[d] if nearest(v) is None else (d, tuple(sets(d, nearest(v))))
-        res = cl.best({jobs_at[v][d]: near(v)[d] for v in values for d in cx.DEPLOYMENTS},
-                      {jobs_at[v][d]: near_job(d, v) for v in values for d in cx.DEPLOYMENTS})
+    def __init__(self, cl: Climber, start: dict[str, int], steps: int, fixed: str, say: Callable[[str], None]):
+        self.cl, self.steps, self.fixed = cl, steps, fixed
+        self.choice = cx.ModelChoice()
+        self.models = cx.axis_models()
+        say(f"model axis: best splits of {len(self.models)} models at the shipped values")
+        jobs = {m: {d: (d, tuple(self.choice.overrides(m))) for d in cx.DEPLOYMENTS} for m in self.models}
+        res = cl.best({jobs[m][d]: start[d] for m in self.models for d in cx.DEPLOYMENTS},
+                      {jobs[m][d]: (d, ()) for m in self.models for d in cx.DEPLOYMENTS})
+        self.best = {m: {d: res[jobs[m][d]] for d in cx.DEPLOYMENTS} for m in self.models}
+        self.thr, self.ttft, self.rate, self.ttft_rate = {}, {}, {}, {}
+        axis = cx.AXES[cx.RATE_AXIS]
+        for m in self.models:
+            best = self.best[m]
+            self.thr[m] = _advantage("throughput_change_best", best["pdd"][1], best["same-dc-pd"][1])
+            self.ttft[m] = _ttft_changes(cl, {d: (jobs[m][d], best[d][0]) for d in cx.DEPLOYMENTS},
+                                         min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS),
+                                         [cx.MODEL_LOAD_FRACTION])[0]
+            splits: dict = {}  # line rate -> best split index per deployment, shared by the model's two searches
+            begin = {d: best[d][0] for d in cx.DEPLOYMENTS}
+            self.rate[m] = AxisSearch(cl, axis, "throughput_change_best", steps, begin, splits, say,
+                                      (self.choice, m))
+            self.ttft_rate[m] = AxisSearch(cl, axis, "ttft_change_common", steps, begin, splits, say,
+                                           (self.choice, m))
+
+    def searches(self) -> list[AxisSearch]:
+        return [x for m in self.models for x in (self.rate[m], self.ttft_rate[m])]
+
+    def items(self) -> list[dict]:
+        axis = cx.AXES[cx.RATE_AXIS]
+        rng = (axis.lo, axis.hi)
         out = []
-        for v in values:
-            at = {d: (jobs_at[v][d], res[jobs_at[v][d]][0]) for d in cx.DEPLOYMENTS}
-            smaller = min(res[jobs_at[v][d]][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS)
-            ch = _ttft_changes(cl, at, smaller, [cx.MODEL_LOAD_FRACTION])[0]
-            out.append(None if ch is None else -ch)
+        for m in self.models:
+            rate = cx.entry("throughput_change_best", cx.RATE_AXIS, self.rate[m].result, rng, self.fixed,
+                            f"bisection, {self.steps} steps on a log scale")
+            ttft_rate = cx.entry("ttft_change_common", cx.RATE_AXIS, self.ttft_rate[m].result, rng, self.fixed,
+                                 f"bisection, {self.steps} steps on a log scale; TTFT at half the smaller capacity")
+            out.append({"claim": "throughput_change_best", "axis": cx.MODEL_AXIS, "model": m, "value": None,
+                        "range": list(rng), "direction": "", "fixed": self.fixed, "bracket": None,
+                        "how": "best splits at the shipped values with model=NAME; TTFT at half the smaller capacity",
+                        "probes": [], "throughput_change_pct": self.thr[m], "ttft_change_pct": self.ttft[m],
+                        "rate": rate, "ttft_rate": ttft_rate,
+                        "splits": {d: label(self.cl.candidates(d)[self.best[m][d][0]]) for d in cx.DEPLOYMENTS}})
         return out
-
-    say(f"model {model}: mean TTFT along {cx.RATE_AXIS}")
-    ttft_rate = cx.entry("ttft_change_common", cx.RATE_AXIS, cx.bisect(ttft_advantage, rate_axis.lo, rate_axis.hi,
-                                                                      steps, True), (rate_axis.lo, rate_axis.hi),
-                         fixed, f"bisection, {steps} steps on a log scale; TTFT at half the smaller capacity")
-    return {"claim": "throughput_change_best", "axis": cx.MODEL_AXIS, "model": model, "value": None,
-            "range": [rate_axis.lo, rate_axis.hi], "direction": "", "fixed": fixed, "bracket": None,
-            "how": "best splits at the shipped values with model=NAME; TTFT at half the smaller capacity",
-            "probes": [], "throughput_change_pct": thr, "ttft_change_pct": ttft, "rate": rate, "ttft_rate": ttft_rate,
-            "splits": {d: label(cl.candidates(d)[best[d][0]]) for d in cx.DEPLOYMENTS}}
 
 
 def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, fractions: list[float]) -> list[float | None]:
@@ -485,10 +572,12 @@ def frontier(ex: Executor, cfg: Settings, x: str, y: str, y_values: list[float],
     start = {d: cl._argbest((d, ()), n) if any(k[0] == (d, ()) for k in cl.caps) else n // 2
              for d in cx.DEPLOYMENTS for n in [len(cl.candidates(d))]}
     ax, ay = cx.AXES[x], cx.AXES[y]
+    say(f"frontier: throughput along {x} at {y} = {', '.join(f'{v:g}' for v in y_values)}, side by side")
+    searches = [AxisSearch(cl, ax, "throughput_change_best", steps, start, {}, say, (ay, v)) for v in y_values]
+    side_by_side(cl, searches)
     rows = []
-    for v in y_values:
-        say(f"frontier: throughput along {x} at {y} = {v:g}")
-        res = _axis_search(cl, ax, "throughput_change_best", steps, start, {}, say, (ay, v))
+    for v, srch in zip(y_values, searches):
+        res = srch.result
         rows.append({"y": v, "value": res["value"], "bracket": res.get("bracket"), "direction": res["direction"],
                      "probes": [{"value": a, "advantage_pct": b} for a, b in res["probes"]]})
     return {"claim": "throughput_change_best", "x": x, "y": y, "x_range": [ax.lo, ax.hi], "rows": rows,

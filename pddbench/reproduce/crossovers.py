@@ -115,12 +115,12 @@ def sign(x: float | None) -> int | None:
     return None if x is None or math.isnan(x) else (1 if x > 0 else -1 if x < 0 else 0)
 
 
-def bisect(advantage: Callable[[list[float]], list[float | None]], lo: float, hi: float, steps: int,
-           log: bool) -> dict:
-    """Where `advantage` (evaluated a list of axis values at a time) changes sign in [lo, hi]:
-    both ends first, then `steps` bisections of the bracket. Returns value (the bracket's middle,
-    None without a sign change), bracket, direction and every probe (value, advantage)."""
-    ends = advantage([lo, hi])
+def bisect_steps(lo: float, hi: float, steps: int, log: bool):
+    """Where an advantage changes sign in [lo, hi], as a generator: it yields the axis values to
+    evaluate (both ends first, then one midpoint per step), is sent their advantages, and returns
+    value (the final bracket's middle, None without a sign change), bracket, direction and every
+    probe (value, advantage). A generator, so that many searches can run side by side."""
+    ends = yield [lo, hi]
     probes = [(lo, ends[0]), (hi, ends[1])]
     s_lo, s_hi = sign(ends[0]), sign(ends[1])
     if s_lo is None or s_hi is None:
@@ -136,7 +136,7 @@ def bisect(advantage: Callable[[list[float]], list[float | None]], lo: float, hi
     a, b = lo, hi
     for _ in range(steps):
         m = midpoint(a, b, log)
-        (f,) = advantage([m])
+        (f,) = yield [m]
         probes.append((m, f))
         if sign(f) is None:
             break
@@ -146,6 +146,18 @@ def bisect(advantage: Callable[[list[float]], list[float | None]], lo: float, hi
             b = m
     return {"value": midpoint(a, b, log), "bracket": [a, b],
             "direction": f"PDD wins {'above' if s_hi > 0 else 'below'} it", "probes": sorted(probes)}
+
+
+def bisect(advantage: Callable[[list[float]], list[float | None]], lo: float, hi: float, steps: int,
+           log: bool) -> dict:
+    """bisect_steps with `advantage` evaluating a list of axis values at a time."""
+    gen = bisect_steps(lo, hi, steps, log)
+    values = next(gen)
+    while True:
+        try:
+            values = gen.send(advantage(values))
+        except StopIteration as done:
+            return done.value
 
 
 def entry(claim: str, axis: str, found: dict, rng: tuple[float, float], fixed: str, how: str) -> dict:

@@ -127,13 +127,16 @@ def _variant(name: str, seed: int, cfg: Settings, extra: list[str] | tuple = ())
     return load_scenario(PAPER / f"{VARIANTS[name][0]}.yaml", _overrides(name, seed, cfg) + list(extra))
 
 
-def _payload(sc, kind: str, cfg: Settings, log: str = "", iterations: int | None = None):
+def _payload(sc, kind: str, cfg: Settings, log: str = "", iterations: int | None = None, near: float | None = None):
+    """A worker's task; `near`: a capacity search's warm start (pddbench/measure/capacity.py)."""
     from pddbench.sweep.payload import make_payload, ship_scenario
 
     data, blobs = ship_scenario(sc)
     task: dict = {"kind": kind, "scenario": data}
     if kind == "capacity":
         task["iterations"] = iterations or cfg.iterations
+        if near:
+            task["near"] = near
     if kind == "run_folder":
         task["scenario_yaml"] = yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
         task["log"] = [log]
@@ -167,10 +170,27 @@ def _sweep_points(out: Path, name: str, base: str, measure: str, sets: list[str]
     return load_sweep(path).points
 
 
-def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, object]]:
+def searched_rate_scales(best: dict, plan: dict) -> dict[str, float]:
+    """Per deployment measured on every seed, the seed-0 answer's rate scale where the split search
+    measured its split in full: the warm start of its other seeds' and longer traces' searches."""
+    from pddbench.sweep.optimize import label
+
+    out = {}
+    for name, split in [*((n, best[n]["scenario_split"]) for n in SEARCHED),
+                        *((n, p["split"]) for n, p in plan.items())]:
+        dep = bvb.MEASURED.get(name, name)
+        want = split if isinstance(split, str) else label(split)
+        row = next((r for r in best[dep]["candidates"] if r["label"] == want and r.get("full")), None)
+        if row and row["full"].get("rate_scale"):
+            out[name] = row["full"]["rate_scale"]
+    return out
+
+
+def build_tasks(out: Path, cfg: Settings, plan: dict, near: dict[str, float] | None = None) -> list[tuple[tuple, object]]:
     """Every simulation that needs no other's result, as (key, payload), longest first: capacity
     searches (the shipped splits, the best splits and control of `plan`, the regime's capacities),
-    then runs. The regime runs and the common loads come later (`dependent_tasks`)."""
+    then runs. The regime runs and the common loads come later (`dependent_tasks`). `near`: warm
+    starts by deployment (searched_rate_scales)."""
     from pddbench.sweep.payload import make_payload
 
     tasks: list[tuple[tuple, object]] = []
@@ -179,7 +199,7 @@ def build_tasks(out: Path, cfg: Settings, plan: dict) -> list[tuple[tuple, objec
         name, seed = key[1], key[2]
         sets = [f"workload.synth.requests={n}"]
         sc = _variant(name, seed, cfg, sets) if name in SEARCHED else _split_scenario(name, plan[name]["split"], seed, cfg, sets)
-        return key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations)
+        return key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations, near=(near or {}).get(name))
 
     for name in SEARCHED + list(plan):  # the convergence check: seed 0 on twice the requests
         if name not in reused_capacities(plan, 1):  # (the control, where it is PDD's best split)
@@ -269,7 +289,8 @@ def doubled_tasks(results: dict, cfg: Settings, plan: dict, names: list[str]) ->
             sets = [f"workload.synth.requests={n}"]
             sc = (_variant(name, key[2], cfg, sets) if name in SEARCHED
                   else _split_scenario(name, plan[name]["split"], key[2], cfg, sets))
-            tasks.append((key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations)))
+            tasks.append((key, _payload(sc, "capacity", cfg, iterations=cfg.capacity_iterations,
+                                        near=checked.get("rate_scale"))))
     return tasks
 
 
@@ -392,7 +413,7 @@ def simulate_all(out: Path, cfg: Settings) -> Simulated:
                 write_json(out / "sizes" / name / "optimize.json", res)
                 optimize_figure(res, out / "sizes" / name / "optimize.png")
         console.print("  best splits: " + "; ".join(f"{n} {p['label']}" for n, p in plan.items()), highlight=False)
-        results = run_tasks(out, cfg, build_tasks(out, cfg, plan), ex, walls)
+        results = run_tasks(out, cfg, build_tasks(out, cfg, plan, searched_rate_scales(best, plan)), ex, walls)
         fill_reused(results, best, plan, cfg)
         for _ in range(cfg.capacity_doublings):
             moved = unconverged(results, plan)
