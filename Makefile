@@ -54,8 +54,10 @@ setup: $(STAMP) $(BUILT) sysdeps
 run: setup
 	$(BIN)/pddbench reproduce
 
+# The tests that start engines, namespaces or Ray (tests/conftest.py's MACHINE_WIDE) in one pytest,
+# every other test in a second one beside it (tests/run_suite.sh); arguments: PYTEST_ARGS.
 test: setup
-	$(BIN)/python -m pytest -q
+	bash tests/run_suite.sh $(BIN)/python $(PYTEST_ARGS)
 
 # Benchmarks are gated against this host's own baseline (as the nightly's bench part:
 # results/baselines/v1/bench/<host-key>/<machine>/0001_baseline.json; host key = CPU model, ISA

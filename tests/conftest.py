@@ -17,6 +17,24 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Tests that start engines, namespaces, qdiscs, Ray heads or delay lines, or look machine-wide for
+# what such tests leave (stray engines, our namespaces, a delay line's process): marked
+# `machine_wide`. `make test` (tests/run_suite.sh) runs them one after another in one pytest while
+# a second pytest runs every other test beside them, so a check for leftovers never sees another
+# test's live processes and the CPU is not idle while engines wait on the emulated WAN.
+MACHINE_WIDE = {"test_engine_start", "test_gpu_calibration", "test_handoff_bench", "test_live_attach",
+                "test_live_client", "test_live_declared", "test_live_pdd", "test_live_ray", "test_live_ray_wan",
+                "test_live_sim_records", "test_live_vllm", "test_netem_host_mode", "test_netem_live",
+                "test_netem_unit", "test_sharded_replay", "test_sweep", "test_battery", "test_sizes_first",
+                "test_misbehaving_server", "test_fidelity"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in MACHINE_WIDE:
+            item.add_marker(pytest.mark.machine_wide)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real `pddbench` entry point in a subprocess, as a user would."""
     return subprocess.run([sys.executable, "-m", "pddbench", *map(str, args)], capture_output=True,

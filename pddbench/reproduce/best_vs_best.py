@@ -1,7 +1,7 @@
 """Best split against best split at an equal chip budget, and the equal-prefill control (issue 14.3).
 
 A fixed split decides a comparison, so reproduce searches each deployment's best instance split
-with `pddbench optimize` (pddbench/sweep/optimize.py, on reproduce's own executor) at the article's chip
+(pddbench/sweep/checked_search.py, optimize's candidates and format, on reproduce's own executor) at the article's chip
 counts: same-DC PD 88 chip A, PDD 43 chip A + 32 chip B (the article's near-equal budget: -5.3 %
 hardware cost at the assumed prices). The search runs on seed 0; the best splits are then measured
 on every seed (a capacity search and a run at base load).
@@ -26,7 +26,9 @@ from pddbench.sweep.executors import Executor
 BUDGETS = {"same-dc-pd": {"A": 88}, "pdd": {"A": 43, "B": 32}}
 # The measured deployments: name -> the paper scenario whose pools the split replaces.
 MEASURED = {"best-same-dc-pd": "same-dc-pd", "best-pdd": "pdd", "control-pdd": "pdd"}
-# Light and full alike: every candidate of one size measured on the steady trace, nothing pruned.
+# Light and full alike: every candidate of one size measured on the steady trace, nothing pruned
+# (the best by a capacity search, the others by one simulation where it first failed:
+# pddbench/sweep/checked_search.py).
 # Full once tried sizes 7/8/9 pre-selected on 1,000 requests: short-trace evidence that left its
 # best-split rows inconclusive (ranking_reason) where light had a verdict, so the two modes
 # disagreed (issue 27.1). Other sizes: the full run's sizes check (sizes_check.py).

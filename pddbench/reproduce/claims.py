@@ -26,8 +26,9 @@ _LADDER = ("the regime scenarios on the load ladder (pddbench/reproduce/regime.p
            "regime capacity (the smallest over seeds, within the 30 s P90 TTFT service bound); cross-DC PD on enough WAN "
            "lines that the top rung keeps them at most 0.9 busy; rungs and loads in the context line")
 _BASE = "scenarios/paper (assumed model, chips, SLA, load: see base.yaml)"
-_BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found by "
-         "`pddbench optimize` on seed 0 and measured on every seed (pddbench/reproduce/best_vs_best.py)")
+_BEST = ("each deployment's best split at the article's chip counts (same-DC PD 88 A; PDD 43 A + 32 B), found on "
+         "seed 0 among optimize's candidates, each measured (pddbench/sweep/checked_search.py), and measured on "
+         "every seed (pddbench/reproduce/best_vs_best.py)")
 _CONTROL = ("PDD's best split with its prefill pool replaced by same-DC PD's best (equal prefill chips; relay and MD "
             "as PDD's best, so its chip A count may differ from 43) vs same-DC PD's best (pddbench/reproduce/best_vs_best.py)")
 _COMMON = ("both best splits on the same request stream at common offered loads from 0.1 to 0.9 x the smaller of "

@@ -536,20 +536,20 @@ REPRODUCE_STEPS = 3  # reproduce --full's bisection steps per axis (1/8 of each 
 
 
 def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[[str], None] | None = None) -> dict:
-    """reproduce's crossovers on its own steady trace, climbing from the splits optimize ranked:
-    the light run searches what costs no capacity search (chip B's price, solved exactly) and the
-    offered load (runs only); --full every axis."""
+    """reproduce's crossovers on its own steady trace, climbing from the splits the split search
+    ranked: every axis in both modes (the answer's crossovers are the same light or full); --full
+    adds the 2-D frontier of the two axes that move the throughput gain most."""
     from pddbench.sweep.executors import make_executor
 
     every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS, cx.MODEL_AXIS]
-    axes = every if cfg.full else [cx.PRICE_AXIS, cx.LOAD_AXIS]
+    axes = every
     with make_executor(cfg.jobs, cfg.ray) as ex:
         cl = Climber(ex, cfg, cfg.capacity_requests, cfg.capacity_iterations, on_stage)
         res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,
                          optimized, climber=cl)
         res["words"] = cx.words(res["crossovers"])
         top = [r["axis"] for r in res["axes_ranked"][:2]]
-        if len(top) == 2:  # the two axes that move the throughput gain most
+        if cfg.full and len(top) == 2:  # the two axes that move the throughput gain most
             res["frontier"] = frontier(ex, cfg, *top, cx.frontier_values(top[1], FRONTIER_POINTS), REPRODUCE_STEPS,
                                        cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized, climber=cl)
             res["words"].append(cx.frontier_words(res["frontier"]))

@@ -361,7 +361,13 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
     traces = analyse_traces(out, cfg)
     sim = simulate_all(out, cfg)
+    t0 = time.perf_counter()
     crossing = crossover_search.for_reproduce(cfg, sim.best, lambda m: console.print(f"  crossovers: {m}", highlight=False))
+    sim.walls["crossovers (wall)"] = time.perf_counter() - t0
+    done = crossing["settings"]
+    console.print(f"  crossovers: {done['capacity_searches']} capacity searches ({done['warm_started_searches']} "
+                  f"warm-started, {done['capacity_probes']} probes) and {done['neighbour_checks']} neighbour checks "
+                  f"in {sim.walls['crossovers (wall)']:.0f} s", highlight=False)
     write_json(out / "crossovers" / "crossovers.json", crossing)
     results, plan, regime_load, loads = sim.results, sim.plan, sim.regime_load, sim.loads
     s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in [*VARIANTS, *plan]}
