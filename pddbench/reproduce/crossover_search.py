@@ -32,6 +32,7 @@ class Climber:
         self._scenarios: dict[Job, object] = {}
         self._offered: dict[str, float] = {}
         self._canon: dict[Job, Job] = {}
+        self._profiles: dict[str, object] = {}  # the analytic bound's workload profile, by workload
         self._by_content: dict[str, Job] = {}
         self.below: dict[tuple[Job, int], float] = {}  # a split that failed a neighbour check at this rate scale
         self.searches = 0  # capacity searches run, probes they simulated, how many were warm-started
@@ -149,8 +150,9 @@ class Climber:
         answer on this job, else on a nearest probe; None: a cold search."""
         near = (near,) if near is None or isinstance(near[0], str) else near
         near = tuple(self.canon(j) for j in near if j is not None)
-        same = [self.caps[(j, index)].get("rate_scale") for j in near if (j, index) in self.caps]
-        same = [r for r in same if r]
+        # the same split's answers, each scaled by how the analytic bound moves from there to here
+        same = [self.caps[(j, index)]["rate_scale"] * self._bound_ratio(job, j, index) for j in near
+                if (j, index) in self.caps and self.caps[(j, index)].get("rate_scale")]
         if same:
             return math.exp(sum(math.log(r) for r in same) / len(same))
         for j in (job, *near):
@@ -158,6 +160,24 @@ class Climber:
             if known:
                 return self.caps[(j, min(known, key=lambda i: (abs(i - index), i)))].get("rate_scale")
         return None
+
+    def _bound_ratio(self, job: Job, near: Job, index: int) -> float:
+        """How split `index`'s analytic capacity bound (pddbench/sweep/split_bounds.py: prefill
+        compute, decode memory and the TPOT bound) changes from `near`'s scenario to `job`'s: a
+        warm start's scale along an axis it sees (1 where it sees none, e.g. the WAN or the TTFT
+        SLA, or where either bound is 0)."""
+        from pddbench.sweep import split_bounds as sb
+
+        rps = []
+        for j in (job, near):
+            sc = self.scenario(j)
+            if not sb.can_bound(sc):
+                return 1.0
+            key = sc.workload.model_dump_json()  # the profile depends on the workload alone
+            if key not in self._profiles:
+                self._profiles[key] = sb.profile(sc)
+            rps.append(sb.bound(sc, self.candidates(j[0])[index], self._profiles[key])["bound_rps"])
+        return rps[0] / rps[1] if rps[0] > 0 and rps[1] > 0 else 1.0
 
     def prefill(self, optimized: dict) -> None:
         """Keep the capacities `optimize` measured on the shipped values (its result for one
