@@ -342,14 +342,15 @@ def _budget_for(sc, budget: dict[str, int], spec_path: Path, name: str) -> dict[
 
 def _best_splits(spec: DesignsSpec, scenarios: dict, budgets: dict, ex, say,
                  max_splits: dict[str, int]) -> dict[str, dict]:
-    from pddbench.sweep.optimize import optimize
+    from pddbench.sweep.checked_search import optimize_checked
 
     out = {}
     for name, sc in scenarios.items():
         say(f"{name}: best split of {', '.join(f'{k}={v}' for k, v in budgets[name].items())} "
             f"(seed 0, {spec.requests:,} requests)")
-        out[name] = optimize(sc, budgets[name], spec.sizes, ex, spec.iterations, spec.requests, None, 3,
-                             max_splits=max_splits[name])
+        # every candidate measured: the best by a capacity search, the others by a check where it first failed
+        out[name] = optimize_checked(sc, budgets[name], spec.sizes, ex, spec.iterations, spec.requests,
+                                     max_splits=max_splits[name])
         say(f"{name}: best {out[name]['best']['label']} "
             f"{out[name]['best']['throughput_within_sla_rps']:.3g} req/s")
     return out
@@ -367,7 +368,8 @@ def _capacities(spec_path: Path, spec: DesignsSpec, best: dict, ex, say) -> dict
 
     jobs = [(n, s) for n in spec.designs for s in range(1, spec.seeds)]
     say(f"capacities of the best splits on seeds 1..{spec.seeds - 1}" if jobs else "one seed")
-    got = dict(zip(jobs, measure([_seeded(spec_path, spec, best, n, s) for n, s in jobs], ex, spec.iterations)))
+    near = [best[n]["best"].get("rate_scale") for n, _ in jobs]  # warm starts: seed 0's answer
+    got = dict(zip(jobs, measure([_seeded(spec_path, spec, best, n, s) for n, s in jobs], ex, spec.iterations, near)))
     return {n: [_seed0(best[n])] + [got[(n, s)] for s in range(1, spec.seeds)] for n in spec.designs}
 
 

@@ -21,7 +21,8 @@ from typing import Callable
 
 from pddbench.schema.scenario import Scenario
 from pddbench.sweep.executors import Executor, results_in_order
-from pddbench.sweep.optimize import _brief, _result, candidate_splits, chips_used, label, measure, with_split
+from pddbench.sweep.optimize import (MAX_CANDIDATES, _brief, _result, candidate_splits, chips_used, label,
+                                     measure, with_split)
 from pddbench.sweep.payload import make_payload, ship_scenario
 
 FIRST = 2  # splits searched in full before any check (the bound's top two: both workers of -j 2 busy)
@@ -48,13 +49,13 @@ def holds(scenarios: list[Scenario], executor: Executor) -> list[dict]:
 
 def optimize_checked(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: Executor,
                      iterations: int = 7, requests: int | None = None,
-                     on_stage: Callable[[str], None] | None = None) -> dict:
+                     on_stage: Callable[[str], None] | None = None, max_splits: int = MAX_CANDIDATES) -> dict:
     """optimize.json's content (pddbench/sweep/optimize.py's format): searched rows carry `full`,
     checked rows `check` (the rate scale, its offered rate, and that it failed there)."""
     from pddbench.sweep import split_bounds as sb
 
     say = on_stage or (lambda _m: None)
-    splits = candidate_splits(sc, budget, sorted(set(sizes)))
+    splits = candidate_splits(sc, budget, sorted(set(sizes)), max_splits)
     prof = sb.profile(sc)
     rank = sorted(range(len(splits)), key=lambda i: (-sb.bound(sc, splits[i], prof)["bound_rps"], i))
     rows = [{"label": label(s), "split": s, "chips": chips_used(sc, s), "coarse": None, "full": None, "check": None,
