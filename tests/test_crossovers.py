@@ -152,7 +152,7 @@ def test_the_checked_climb_ends_where_a_climb_over_full_searches_ends(shape):
         cl = _fake_climber(caps)
         (index, cap), = cl.best({job: start}).values()
         assert index == reference(start), (shape, start)
-        assert cl.checks and cl.effort()["simulations"] == cl.probes + cl.checks
+        assert cl.checks > 0
         assert cl.searches < 1 + 2 * (abs(index - start) + 1)  # never every neighbour searched in full
 
 

@@ -169,7 +169,7 @@ def test_light_reproduce_states_its_crossovers(light_run):
     assert {i["model"] for i in items if i["axis"] == cx.MODEL_AXIS} == set(cx.axis_models())
     assert data["crossover_search"]["not_searched"] == [] and "frontier" not in data["crossover_search"]
     effort = data["crossover_search"]["settings"]
-    assert effort["simulations"] == effort["capacity_probes"] + effort["neighbour_checks"] > 0
+    assert effort["neighbour_checks"] > 0 and 0 < effort["warm_started_searches"] <= effort["capacity_searches"]
     best = {r["id"]: r for r in data["rows"]}
     caps = data["best_vs_best"]["capacities"]
     thr = [c[0]["throughput_within_sla_rps"] for c in (caps["best-pdd"], caps["best-same-dc-pd"])]

@@ -16,6 +16,7 @@ from pddbench.reproduce import crossovers as cx
 from pddbench.reproduce.claim_rows import change
 from pddbench.reproduce.tasks import Settings, _payload, _variant
 from pddbench.sweep.executors import Executor, results_in_order
+from pddbench.sweep.checked_search import holds, top_rate
 from pddbench.sweep.optimize import candidate_splits, chips_used, label, measure, with_split
 
 Job = tuple[str, tuple[str, ...]]  # (deployment, axis overrides)
@@ -63,14 +64,14 @@ class Climber:
     def candidates(self, dep: str) -> list[dict]:
         return candidate_splits(self.scenario((dep, ())), bvb.BUDGETS[dep], [cx.SIZE])
 
-    def best(self, start: dict[Job, int], near: dict[Job, Job | tuple[Job, ...]] | None = None) -> dict[Job, tuple[int, dict]]:
+    def best(self, start: dict[Job, int], near: dict[Job, tuple[Job, ...]] | None = None) -> dict[Job, tuple[int, dict]]:
         """Each job's best split index and capacity: from its `start` index, move to a better
         neighbour until neither neighbour is better (all jobs' climbs at once, so the executor's
         workers share them). A neighbour is better when it holds the SLA at the rate where the
         current split first failed (the top of its capacity's bracket): one simulation checks
         that, and only a neighbour that holds there is searched in full. One that fails there is
         at most as good within the search's resolution (a tie keeps the current split).
-        `near`: per job, the job of the nearest probe already climbed, whose capacities
+        `near`: per job, the jobs of the nearest probes already climbed, whose capacities
         warm-start this one's searches (self.hint)."""
         canon = {j: self.canon(j) for j in start}  # a job whose scenario an earlier job already is
         if any(c != j for j, c in canon.items()):
@@ -90,13 +91,13 @@ class Climber:
                 return {j: (at[j], self.caps[(j, at[j])]) for j in jobs}
             at = moved
 
-    def _search(self, batch: list[tuple[Job, int]], near: dict[Job, Job]) -> None:
+    def _search(self, batch: list[tuple[Job, int]], near: dict[Job, tuple[Job, ...]]) -> None:
         """Full capacity searches of (job, split index), warm-started where a neighbour is known."""
         if not batch:
             return
         self.on_stage(f"{len(batch)} capacity searches ({self.requests:,} requests each)")
         scen = [with_split(self.scenario(j), self.candidates(j[0])[i]) for j, i in batch]
-        hints = [self.hint(j, i, near.get(j)) for j, i in batch]
+        hints = [self.hint(j, i, near.get(j, ())) for j, i in batch]
         for key, cap in zip(batch, self._capacities(scen, hints)):
             self.caps[key] = cap
         self.searches += len(batch)
@@ -122,11 +123,7 @@ class Climber:
         return [verdict.get(k, True) for k in checks]
 
     def _top(self, job: Job, i: int) -> float | None:
-        """The rate scale where split i's search first failed above its answer (its bracket's top)."""
-        cap = self.caps[(job, i)]
-        if not cap.get("rate_scale") or cap.get("resolution_rate_scale") is None:
-            return None
-        return round(cap["rate_scale"] + cap["resolution_rate_scale"], 6)
+        return top_rate(self.caps[(job, i)])
 
     def _capacities(self, scenarios: list, hints: list[float | None]) -> list[dict]:
         """Capacity searches on the executor (the sweep's capacity tasks)."""
@@ -135,21 +132,18 @@ class Climber:
     def _holds(self, scenarios: list) -> list[bool]:
         """The steady-state SLA verdict of one simulation of each scenario, on the executor."""
         self.on_stage(f"{len(scenarios)} neighbour checks (one simulation each)")
-        payloads = [_payload(sc, "simulate", self.cfg) for sc in scenarios]
-        return [s["steady"]["holds"] for s in results_in_order(self.ex, payloads, "summary",
-                                                                 lambda _i: "a neighbour's check")]
+        return [v["holds"] for v in holds(scenarios, self.ex)]
 
     def _known_lower(self, job: Job, n: int, i: int) -> bool:
         """Split n failed a check at or below where split i first failed: it is not better."""
         top = self._top(job, i)
         return (job, n) in self.below and top is not None and self.below[(job, n)] <= top
 
-    def hint(self, job: Job, index: int, near: tuple[Job, ...] | Job | None) -> float | None:
+    def hint(self, job: Job, index: int, near: tuple[Job, ...]) -> float | None:
         """A warm start for (job, split index): the same split's answers at the nearest probes
         (their geometric mean: between two probes, an interpolation), else the nearest split's
         answer on this job, else on a nearest probe; None: a cold search."""
-        near = (near,) if near is None or isinstance(near[0], str) else near
-        near = tuple(self.canon(j) for j in near if j is not None)
+        near = tuple(self.canon(j) for j in near)
         # the same split's answers, each scaled by how the analytic bound moves from there to here
         same = [self.caps[(j, index)]["rate_scale"] * self._bound_ratio(job, j, index) for j in near
                 if (j, index) in self.caps and self.caps[(j, index)].get("rate_scale")]
@@ -224,6 +218,7 @@ class AxisSearch:
     def __init__(self, cl: Climber, axis: cx.Axis, claim: str, steps: int, start: dict[str, int],
                  found: dict[float, dict], say: Callable[[str], None], at: tuple | None = None):
         self.cl, self.axis, self.claim, self.start, self.found, self.say, self.at = cl, axis, claim, start, found, say, at
+        self.owner = cx.MODEL_AXIS if at and isinstance(at[0], cx.ModelChoice) else axis.name  # whose item it makes
         found.setdefault(axis.shipped, dict(start))  # the start: the shipped value's best splits, already known
         self.gen = cx.bisect_steps(axis.lo, axis.hi, steps, axis.log)
         self.pending: list[float] = next(self.gen)
@@ -239,7 +234,7 @@ class AxisSearch:
         held = self._sets(d, *self.at) if self.at else []
         return (d, tuple(held + ([] if v is None else self._sets(d, self.axis, v))))
 
-    def prepare(self) -> tuple[dict[Job, int], dict[Job, Job]]:
+    def prepare(self) -> tuple[dict[Job, int], dict[Job, tuple[Job, ...]]]:
         """The climbs of the pending values: each from the nearest earlier probe's best, warm
         from its capacities."""
         log = self.axis.log
@@ -337,25 +332,20 @@ def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, request
         if on_axis:
             on_axis(partial())
     searches: list[AxisSearch] = []
-    owner: dict[int, str] = {}  # search -> the axis it belongs to
     for name in axes:
         if name in cx.AXES:
             axis, found = cx.AXES[name], {}
-            for claim in ("throughput_change_best", "bcr_change"):
-                searches.append(AxisSearch(cl, axis, claim, steps, start, found, say))
-                owner[id(searches[-1])] = name
+            searches += [AxisSearch(cl, axis, claim, steps, start, found, say)
+                         for claim in ("throughput_change_best", "bcr_change")]
     models = _ModelAxis(cl, start, steps, fixed, say) if cx.MODEL_AXIS in axes else None
     if models:
-        for srch in models.searches():
-            searches.append(srch)
-            owner[id(srch)] = cx.MODEL_AXIS
+        searches += models.searches()
     if searches:
-        say(f"{len(searches)} bisections side by side: "
-            + ", ".join(dict.fromkeys(owner[id(x)] for x in searches)))
+        say(f"{len(searches)} bisections side by side: " + ", ".join(dict.fromkeys(x.owner for x in searches)))
 
     def done(srch: AxisSearch) -> None:
-        name = owner[id(srch)]
-        mine = [x for x in searches if owner[id(x)] == name]
+        name = srch.owner
+        mine = [x for x in searches if x.owner == name]
         if any(x.result is None for x in mine):
             return
         if name == cx.MODEL_AXIS:
@@ -416,7 +406,7 @@ class _ModelAxis:
         say(f"model axis: best splits of {len(self.models)} models at the shipped values")
         jobs = {m: {d: (d, tuple(self.choice.overrides(m))) for d in cx.DEPLOYMENTS} for m in self.models}
         res = cl.best({jobs[m][d]: start[d] for m in self.models for d in cx.DEPLOYMENTS},
-                      {jobs[m][d]: (d, ()) for m in self.models for d in cx.DEPLOYMENTS})
+                      {jobs[m][d]: ((d, ()),) for m in self.models for d in cx.DEPLOYMENTS})
         self.best = {m: {d: res[jobs[m][d]] for d in cx.DEPLOYMENTS} for m in self.models}
         self.thr, self.ttft, self.rate, self.ttft_rate = {}, {}, {}, {}
         axis = cx.AXES[cx.RATE_AXIS]
@@ -561,8 +551,7 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
     adds the 2-D frontier of the two axes that move the throughput gain most."""
     from pddbench.sweep.executors import make_executor
 
-    every = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS, cx.MODEL_AXIS]
-    axes = every
+    axes = [*cx.AXES, cx.PRICE_AXIS, cx.LOAD_AXIS, cx.MODEL_AXIS]
     with make_executor(cfg.jobs, cfg.ray) as ex:
         cl = Climber(ex, cfg, cfg.capacity_requests, cfg.capacity_iterations, on_stage)
         res = search_all(ex, cfg, axes, REPRODUCE_STEPS, cfg.capacity_requests, cfg.capacity_iterations, on_stage,
@@ -574,7 +563,7 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
                                        cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized, climber=cl)
             res["words"].append(cx.frontier_words(res["frontier"]))
         res["settings"].update(cl.effort())
-    res["not_searched"] = [a for a in every if a not in axes]
+    res["not_searched"] = []  # the answer's wording still takes a list (a `crossovers --axes` subset)
     return res
 
 
