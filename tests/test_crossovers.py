@@ -252,3 +252,20 @@ def test_answer_line_lists_an_axis_without_a_sign_change_only_when_no_claim_cros
     head, _, tail = line.partition("no sign change along")
     assert "0.38" in head and "TTFT SLA" in tail and "price" not in tail
     assert "nowhere in the ranges searched" in crossover_line([item("throughput_change_best", "sla.ttft_ms", None)], [])
+
+
+def test_the_answer_opens_with_where_pdd_wins_from_the_crossovers_found():
+    """The answer's first line says where PDD's throughput gain holds (each throughput crossover
+    with its side, written as a reader writes numbers); nothing where no crossover was found."""
+    from pddbench.reproduce.answer import wins_where
+
+    items = [{"claim": "throughput_change_best", "axis": "sla.tpot_ms", "value": 46.19, "direction": "PDD wins below it"},
+             {"claim": "bcr_change", "axis": "sla.tpot_ms", "value": 61.6, "direction": "PDD wins below it"},
+             {"claim": "throughput_change_best", "axis": "workload.synth.output_median_tokens", "value": 1001.48,
+              "direction": "PDD wins above it"},
+             {"claim": "throughput_change_best", "axis": "sla.ttft_ms", "value": None,
+              "direction": "PDD loses across the whole range"}]
+    text = wins_where(items)
+    assert "TPOT SLA (ms) below 46.2" in text and "output median (tokens) above 1,001" in text
+    assert "61.6" not in text and "TTFT SLA" not in text
+    assert wins_where(items[3:]) is None

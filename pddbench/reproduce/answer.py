@@ -96,6 +96,23 @@ def ranked_axes(df: pd.DataFrame, axes: list[str], metric: str) -> list[tuple[st
     return sorted(out, key=lambda t: -t[1])
 
 
+def _num(v: float) -> str:
+    """A crossover value as a reader writes it: 46.2, 1,001 (not 1e+03)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def wins_where(items: list[dict]) -> str | None:
+    """Where PDD's throughput within SLA beats same-DC PD's, from the crossovers found (each with
+    the others at their shipped values), for the answer's first line; None without any."""
+    from pddbench.reproduce.crossovers import axis_label
+
+    found = [f"{axis_label(i['axis'])} {'above' if 'above' in i['direction'] else 'below'} {_num(i['value'])}"
+             for i in items if i["claim"] == "throughput_change_best" and i["axis"] != "model"
+             and i["value"] is not None and "PDD wins" in i["direction"]]
+    return ("PDD wins throughput within SLA where " + " or ".join(found)
+            + " (each alone, the other assumptions as shipped; crossovers and models below)") if found else None
+
+
 def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
     """Where PDD's advantage changes sign (pddbench/reproduce/crossovers.py): each crossover found,
     or that none was in the ranges searched, and which axes this run did not search."""
@@ -104,7 +121,7 @@ def crossover_line(items: list[dict], not_searched: list[str]) -> str | None:
     items = [i for i in items if i["axis"] != "model"]  # the model axis has its own line (model_line)
     if not items:
         return None
-    found = [f"{CLAIMS[i['claim']].split(' (')[0]} at {axis_label(i['axis'])} = {i['value']:.3g} ({i['direction']})"
+    found = [f"{CLAIMS[i['claim']].split(' (')[0]} at {axis_label(i['axis'])} = {_num(i['value'])} ({i['direction']})"
              for i in items if i["value"] is not None]
     crossed = {i["axis"] for i in items if i["value"] is not None}  # e.g. chip B's price moves BCR, not throughput
     none = sorted({axis_label(i["axis"]) for i in items if i["value"] is None and i["axis"] not in crossed})
@@ -154,6 +171,9 @@ def answer_lines(rows: list[Row], df: pd.DataFrame, axes: list[str], seeds: int,
             headline.append(row)
     lines = [f"**The answer** ({'full' if full else 'light'} run: {seeds} seeds, {requests:,} requests a run; "
              f"sensitivity map: {len(df)} PDD points of {map_requests:,} requests): {headline_summary(headline)}."]
+    where = wins_where((crossovers or {}).get("crossovers", []))
+    if where:
+        lines[0] += f" {where}."
     lines += [headline_line(r) for r in headline]
     if basis:
         lines.append(basis_line(basis))
