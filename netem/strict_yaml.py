@@ -3,6 +3,8 @@ alike (netem is the ground floor, so pddbench takes it from here)."""
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 
@@ -26,3 +28,10 @@ def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool 
 
 
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# YAML 1.2 reads 1e-05 and 1.5e3 (no dot, or no exponent sign) as numbers; PyYAML's YAML 1.1 rule
+# keeps them strings, so a tolerance written `abs: 1e-05` was refused as "not a number".
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))

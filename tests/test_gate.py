@@ -609,3 +609,17 @@ def test_a_repeat_series_that_did_not_complete_is_refused(sim_runs, tmp_path, st
     assert res.code == 2 and res.one_line and state in res.err, res.err
     (series / "repeats.json").write_text(json.dumps({"runs": ["repeat-0"], "repeats": 1, "state": "complete"}))
     assert _code("gate", series, "--baseline", series, "--history", tmp_path / "h").code == 0
+
+
+def test_a_tolerance_written_with_an_exponent_is_a_number(tmp_path):
+    """YAML 1.2 numbers that PyYAML's YAML 1.1 rule reads as strings (1e-05, 1.5e3) are numbers
+    in every file pddbench reads; a quoted one stays a string (and abs refuses it)."""
+    from pddbench.core.loading import load_yaml
+    from pddbench.gate.rules import parse_rules
+
+    got = load_yaml("a: 1e-05\nb: 1.5e3\nc: '1e5'\nd: v1e3\n", "t")
+    assert got == {"a": 1e-05, "b": 1500.0, "c": "1e5", "d": "v1e3"}
+    rs = parse_rules(load_yaml("rules:\n  ttft_ms.p90: {worse: up, rel: 0.0, abs: 1e-05}\n", "t"), "t")
+    assert rs.rules["ttft_ms.p90"].abs == 1e-05
+    with pytest.raises(UserError):
+        parse_rules(load_yaml("rules:\n  ttft_ms.p90: {worse: up, abs: '1e-05'}\n", "t"), "t")
