@@ -42,6 +42,15 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
 
 
 @pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """The tiny random Llama (`pddbench model tiny`), built once per session: every engine test
+    serves it read-only, and each build costs a torch import (~8 s on 2 cores)."""
+    from pddbench.live.tiny_model import build_tiny_model_subprocess
+
+    return build_tiny_model_subprocess(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
 def mooncake_path() -> Path:
     return MOONCAKE
 

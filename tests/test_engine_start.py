@@ -71,10 +71,8 @@ def test_default_live_ports_are_below_the_ephemeral_range(kind):
 
 
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
-def test_engine_whose_side_channel_port_is_taken_fails_at_once(tmp_path):
-    from pddbench.live.tiny_model import build_tiny_model_subprocess
-
-    model = build_tiny_model_subprocess(tmp_path / "tiny")
+def test_engine_whose_side_channel_port_is_taken_fails_at_once(tmp_path, tiny_model):
+    model = tiny_model
     base = free_port_base([1, 101])
     before = signal.getsignal(signal.SIGTERM)
     with socket.socket() as taken:

@@ -18,16 +18,14 @@ NAME = "user-model"  # not pddbench's default: the served name must travel to ev
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet(tmp_path_factory, tiny_model):
     """A P/D pair with NIXL, started outside pddbench's run (its own launcher, as any user's)."""
     import dataclasses
 
     from pddbench.live.engines import EngineGroup
     from pddbench.live.placement import same_dc_specs
-    from pddbench.live.tiny_model import build_tiny_model_subprocess
-
     tmp = tmp_path_factory.mktemp("fleet")
-    model = build_tiny_model_subprocess(tmp / "model")
+    model = tiny_model
     port = free_port()
     specs = [dataclasses.replace(s, served_name=NAME) for s in same_dc_specs(model, port)]
     with EngineGroup(specs, tmp / "logs") as group:

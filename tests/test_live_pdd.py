@@ -50,10 +50,8 @@ MAX_DIVERGENCES = 32
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory):
-    from pddbench.live.tiny_model import build_tiny_model_subprocess
-
-    model = build_tiny_model_subprocess(tmp_path_factory.mktemp("tiny"))
+def engines(tmp_path_factory, tiny_model):
+    model = tiny_model
     base = free_port_base([1, 2, 3, 101, 102, 103])
     specs = [EngineSpec("P", model, base + 1, cpu=0, kv_role="kv_producer", side_channel_port=base + 101),
              EngineSpec("RLD", model, base + 2, cpu=1, kv_role="kv_consumer", side_channel_port=base + 102),

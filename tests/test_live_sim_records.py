@@ -63,10 +63,8 @@ live: {{engines: null}}   # the simulator refuses a scenario that declares live 
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, tiny_model):
     """(sim records, live records, live run folder)."""
-    from pddbench.live.tiny_model import build_tiny_model_subprocess
-
     tmp = tmp_path_factory.mktemp("records")
     trace = tmp / "trace.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in TRACE))
@@ -76,8 +74,7 @@ def runs(tmp_path_factory):
                                     csv=REPO / "scenarios" / "live" / "engine_calibration.example.csv"))
     res = run_cli("run", twin, *common, "--out", tmp / "sim")
     assert res.returncode == 0, res.stderr[-3000:]
-    tiny = build_tiny_model_subprocess(tmp / "tiny")
-    res = run_cli("run", "live/pdd", *common, "--set", f"live.model_dir={tiny}", "--set", "live.load=null",
+    res = run_cli("run", "live/pdd", *common, "--set", f"live.model_dir={tiny_model}", "--set", "live.load=null",
                   "--set", "live.time_scale=1", "--set", "live.calibrate_probes=10", "--set", "live.replay_workers=2",
                   "--out", tmp / "live", timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -17,10 +17,8 @@ LIVE = REPO / "scenarios" / "live"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from pddbench.live.tiny_model import build_tiny_model_subprocess
-
-    return build_tiny_model_subprocess(tmp_path_factory.mktemp("tiny"))
+def tiny(tiny_model):
+    return tiny_model
 
 
 def _no_engines_left():

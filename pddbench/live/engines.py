@@ -144,6 +144,7 @@ class Engine:
         self.spec = spec
         self.log_path = log_dir / f"{spec.name}.log"
         self.proc: subprocess.Popen | None = None
+        self.healthy = False  # answered /health once: a stop then gives it time to shut down cleanly
         # started by a Ray actor (ray_engines.py): the engine must not outlive the actor's process,
         # which Ray may kill without warning, nor inherit the actor's Ray settings
         self.die_with_parent = die_with_parent
@@ -202,6 +203,7 @@ class Engine:
                 raise UserError(f"engine {self.spec.name} cannot start: {fatal}; log {self.log_path}")
             try:
                 self._get("/health", timeout=2)
+                self.healthy = True
                 return
             except OSError:
                 time.sleep(0.5)
@@ -230,7 +232,10 @@ class Engine:
 
     def _stop(self) -> None:
         pgid = self.proc.pid  # start_new_session: the engine's processes share this group
-        for sig, grace_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        # An engine that never answered /health has nothing to flush, and one whose start failed
+        # (a NIXL side channel taken) ignores SIGTERM: its API server outlived the 20 s grace here.
+        term_grace_s = STOP_GRACE_S if self.healthy else FAILED_START_GRACE_S
+        for sig, grace_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
@@ -239,6 +244,10 @@ class Engine:
                 break
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
+
+
+STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL for an engine that ran
+FAILED_START_GRACE_S = 3.0  # ... and for one that never became healthy
 
 
 # Lines after which a starting vLLM never answers /health although its API server lives on: a
