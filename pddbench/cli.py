@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pddbench.core import limits
-from pddbench.core.errors import UserError
+from pddbench.core.errors import UserError, is_interrupt
 
 app = typer.Typer(
     help="Benchmark and simulate cross-datacenter PDD (Prefill -> RelayDecode -> MainDecode) LLM serving.",
@@ -876,6 +876,8 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # the reader of a pipe left, a full disk or device, a closed stream
         _stream_or_os_error(exc)
     except Exception as exc:  # noqa: BLE001 - a bug: the traceback goes to a log, one line here
+        if is_interrupt(exc):  # a Ctrl-C Python wrapped (during an import): the user's, not a bug
+            _interrupted(_late_interrupt())
         _internal_error(exc)
     sys.exit(rc if isinstance(rc, int) else 0)
 

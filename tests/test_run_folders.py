@@ -227,3 +227,50 @@ def test_json_outputs_are_standard_json(tmp_path):
                       "n": np.int64(3), "f": np.float32(0.5), "ok": True, "nested": [{"v": np.float64("nan")}]})
     assert read_json(path, "x") == {"range": [0.0, None], "p90": None, "arr": [1.5, None], "n": 3, "f": 0.5,
                                     "ok": True, "nested": [{"v": None}]}
+
+
+def _ctrl_c_while_a_class_is_made() -> BaseException:
+    """What a Ctrl-C landing during an import's class creation raises: on Python 3.11 a
+    RuntimeError ("Error calling __set_name__") whose cause is the KeyboardInterrupt."""
+    class Descriptor:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    try:
+        type("Roofline", (), {"field": Descriptor()})
+    except BaseException as exc:  # noqa: BLE001 - the point is which one it is
+        return exc
+    raise AssertionError("no exception")
+
+
+def test_a_ctrl_c_python_wrapped_is_an_interrupt_and_other_errors_are_not():
+    from pddbench.core.errors import is_interrupt
+
+    wrapped = _ctrl_c_while_a_class_is_made()
+    assert is_interrupt(wrapped)
+    assert is_interrupt(KeyboardInterrupt())
+    plain = RuntimeError("a bug")
+    plain.__cause__ = ValueError("its cause")
+    assert not is_interrupt(plain) and not is_interrupt(ValueError("x"))
+    cycle = RuntimeError("a")
+    cycle.__context__ = RuntimeError("b")
+    cycle.__context__.__context__ = cycle
+    assert not is_interrupt(cycle)  # a cyclic chain ends
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_wrapped_ctrl_c_in_a_run_folder_is_handled_as_ctrl_c(tmp_path, kept):
+    """The CI flake behind this: SIGINT during `pddbench run`'s import of the simulator became
+    "internal error (RuntimeError: Error calling __set_name__ ...)", exit 3, instead of exit 130
+    and a folder removed or marked interrupted."""
+    from pddbench.core.errors import Interrupted
+    from pddbench.core.io import run_folder
+
+    out = tmp_path / "run"
+    with pytest.raises(Interrupted, match="kept 5 requests" if kept else "nothing kept"):
+        with run_folder(out, tmp_path / "results", "x") as folder:
+            (folder.path / "summary.json").write_text("{}")
+            if kept:
+                folder.interrupted("5 requests")
+            raise _ctrl_c_while_a_class_is_made()
+    assert out.exists() == kept and not (out / ".claim").exists()

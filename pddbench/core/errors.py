@@ -7,11 +7,24 @@ from __future__ import annotations
 
 from netem.errors import InputError, UserError
 
-__all__ = ["InputError", "Interrupted", "RunFailed", "SimulationStalled", "UserError"]
+__all__ = ["InputError", "Interrupted", "RunFailed", "SimulationStalled", "UserError", "is_interrupt"]
 
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, carrying one line that says what was kept; the CLI prints it and exits 130."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """A Ctrl-C, or an error Python raised because of one: a Ctrl-C that lands while a class is
+    being created (a module's import) comes out of Python 3.11 as "RuntimeError: Error calling
+    __set_name__ ..." with the KeyboardInterrupt as its cause; such an error is the user's Ctrl-C,
+    not a bug."""
+    seen = 0
+    while exc is not None and seen < 16:  # a cause chain is short; the bound keeps a cycle finite
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class RunFailed(UserError):

@@ -325,22 +325,22 @@ def run_folder(out: Path | None, results: Path, name: str) -> Iterator[RunFolder
     nothing, or, after interrupted(), a folder whose files all say so; any other error removes
     what was written (a live run keeps its logs beside a FAILED note), so a corrected re-run with
     the same --out works. Raises Interrupted (a KeyboardInterrupt) with a line saying what was kept."""
-    from pddbench.core.errors import Interrupted
+    from pddbench.core.errors import Interrupted, is_interrupt
 
     made = out is None or not out.exists()
     path = new_run_dir(results, name) if out is None else claim_out_folder(out)
     folder = RunFolder(path, made)
     try:
         yield folder
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not is_interrupt(exc):
+            _failed(folder, exc)
+            raise
         if folder.kept is None:
             discard_folder(path, made)
             raise Interrupted(f"interrupted; nothing kept ({path} removed)") from None
         release_claim(path)
         raise Interrupted(f"interrupted; kept {folder.kept} in {path} (every file says interrupted)") from None
-    except BaseException as exc:
-        _failed(folder, exc)
-        raise
     release_claim(path)
     COMPLETED_FOLDERS.append(path)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pddbench.core.errors import Interrupted, UserError
+from pddbench.core.errors import Interrupted, UserError, is_interrupt
 from pddbench.core.io import (FAILED, claim_out_folder, discard_folder, new_run_dir, release_claim, write_json,
                          write_text)
 from pddbench.core.limits import (DEFAULT_REQUESTS, MAX_REPEATS, RUN_FOLDER_S, SIM_S_PER_REQUEST, check_size,
@@ -57,20 +57,20 @@ def run_repeats(path: Path, overrides: list[str], results_root: Path, out: Path 
             meta["wall_s"].append(round(time.monotonic() - started, 1))
             if i + 1 < repeat:
                 write_json(folder / "repeats.json", meta)
-    except KeyboardInterrupt as exc:
+    except BaseException as exc:
+        if not is_interrupt(exc):
+            if not meta["runs"]:  # nothing finished: leave nothing, so the same --out works again
+                discard_folder(folder, made)
+                raise
+            _stopped(folder, meta, "failed", FAILED, f"{type(exc).__name__}: {exc}")
+            raise
         if not meta["runs"]:
             discard_folder(folder, made)
             raise Interrupted(f"interrupted before the first repeat finished; nothing kept ({folder} "
                               f"{'removed' if made else 'emptied'})") from None
-        _stopped(folder, meta, "interrupted", INTERRUPTED, f"{exc}".strip())
+        _stopped(folder, meta, "interrupted", INTERRUPTED, f"{exc}".strip() if isinstance(exc, KeyboardInterrupt) else "")
         raise Interrupted(f"interrupted; kept {len(meta['runs'])} of {repeat} repeats in {folder} (repeats.json "
                           "says interrupted)") from None
-    except BaseException as exc:
-        if not meta["runs"]:  # nothing finished: leave nothing, so the same --out works again
-            discard_folder(folder, made)
-            raise
-        _stopped(folder, meta, "failed", FAILED, f"{type(exc).__name__}: {exc}")
-        raise
     meta["state"] = "complete"
     write_json(folder / "repeats.json", meta)
     release_claim(folder)

@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pddbench.core.errors import InputError, UserError
+from pddbench.core.errors import InputError, UserError, is_interrupt
 from pddbench.core.io import check_out_options, check_out_place, run_folder, write_json, write_text
 from pddbench.metrics.summary import summarize
 from pddbench.metrics.records import write_records
@@ -124,8 +124,9 @@ def _run_live(sc: Scenario, path: Path, overrides: list[str], results_root: Path
         write_text(folder.path / "scenario.yaml", yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
         try:
             run_live(sc, folder.path)
-        except KeyboardInterrupt:
-            _mark_live_interrupted(folder)
+        except BaseException as exc:
+            if is_interrupt(exc):
+                _mark_live_interrupted(folder)
             raise
         write_text(folder.path / "run.log", f"live scenario {path} overrides {overrides}\n")
     return folder.path

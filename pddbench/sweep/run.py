@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from pddbench.core.errors import Interrupted, UserError
+from pddbench.core.errors import Interrupted, UserError, is_interrupt
 from pddbench.core.io import (CLAIM, check_out_place, claim_out_folder, discard_folder, new_run_dir, release_claim,
                          write_json, write_text)
 from pddbench.core.ray_cluster import check_ray_option
@@ -196,14 +196,14 @@ def _run_claimed(sweep: Sweep, sweep_file: Path, folder: Path, made: bool, resum
                                   "(real engines share this machine); -j/--ray apply to simulated points only")
                 for p in live:
                     keep(p, _run_live_point(p, folder))
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not is_interrupt(exc):
+            _failed_sweep(sweep, folder, made, resumed, saved, exc, executor, counts, started)
+            raise
         kept = sum(store.done(p.key) for p in sweep.points)
         _finish(sweep, folder, store, "interrupted", executor, counts, started, skipped)
         raise Interrupted(f"interrupted; kept {kept} of {len(sweep.points)} points in {folder / 'points'} "
                           f"(resume: pddbench sweep {sweep_file} --resume {folder})") from None
-    except BaseException as exc:
-        _failed_sweep(sweep, folder, made, resumed, saved, exc, executor, counts, started)
-        raise
     _finish(sweep, folder, store, "complete", executor, counts, started, skipped)
     return folder
 
