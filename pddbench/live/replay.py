@@ -144,7 +144,7 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     """`pddbench replay`: check the endpoint, the load options and the output place, load the
     trace, claim the run folder (`out`, new or empty, or a new RESULTS/replay/<run-id>/) and
     replay; `options` are replay()'s keywords. Exit 1 (RunFailed) when every request failed."""
-    from pddbench.core.errors import RunFailed, UserError
+    from pddbench.core.errors import RunFailed, UserError, is_interrupt
     from pddbench.core.io import run_folder
     from pddbench.core.io import check_out_options
     from pddbench.core.ray_cluster import check_ray_option
@@ -172,8 +172,8 @@ def replay_trace(endpoint: str, model: str, trace_path: Path, out: Path | None, 
     with run_folder(out, results, "replay") as folder:
         try:
             summary = replay(endpoint, model, reqs, folder.path, **options)
-        except KeyboardInterrupt:
-            if (folder.path / "summary.json").is_file():
+        except BaseException as exc:
+            if is_interrupt(exc) and (folder.path / "summary.json").is_file():
                 folder.interrupted("the requests sent so far (summary interrupted: true; in-flight ones failed "
                                    "as 'interrupted')")
             raise
