@@ -17,7 +17,6 @@ from pddbench.live.engines import (EngineGroup, EngineSpec, _fatal_start_line, _
 from pddbench.live.net import ephemeral_port_low, free_port_base
 from pddbench.live.placement import PLACEMENTS
 from pddbench.schema.runtime_config import LiveConfig
-from tests.conftest import started_here
 
 # The lines a vLLM wrote when its NIXL side-channel port was taken (clean-clone CI, 2026-12-02).
 NIXL_PORT_TAKEN = """\
@@ -84,7 +83,7 @@ def test_engine_whose_side_channel_port_is_taken_fails_at_once(tmp_path, tiny_mo
             with EngineGroup([spec], tmp_path / "logs"):
                 pass
     assert signal.getsignal(signal.SIGTERM) is before
-    assert started_here(stray_engines()) == []
+    assert stray_engines() == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root and iptables")

@@ -10,7 +10,7 @@ import pytest
 
 from pddbench.live.engines import vllm_available
 from pddbench.metrics.records import read_records
-from tests.conftest import REPO, run_cli, started_here
+from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
 LIVE = REPO / "scenarios" / "live"
@@ -24,7 +24,7 @@ def tiny(tiny_model):
 def _no_engines_left():
     from pddbench.live.engines import stray_engines
 
-    return started_here(stray_engines()) == []
+    return stray_engines() == []
 
 
 def test_colocated_run_replays_agentic_trace(tiny, tmp_path):

@@ -28,12 +28,12 @@ def ephemeral_port_low() -> int:
         return 32768  # Linux's default
 
 
-def free_port_base(offsets: Iterable[int], lowest: int = 20000) -> int:
+def free_port_base(offsets: Iterable[int], lowest: int = 10000) -> int:
     """A base port such that every base + offset is free on loopback and below the kernel's
     ephemeral range. Engines listen on fixed ports chosen before they start, while vLLM and every
     client take ephemeral ports of their own meanwhile: a fixed port inside that range can be
     taken between our choice and the engine's bind (a NIXL side channel lost that way hung a
-    run's start for 240 s). From 20000 up: Ray's workers take ports 10002-19999 as they start."""
+    run's start for 240 s)."""
     offsets = sorted(set(offsets))
     top = ephemeral_port_low() - offsets[-1] - 1
     rng = random.Random()  # not a measurement: ports need no seed
