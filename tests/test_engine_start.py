@@ -129,3 +129,41 @@ def test_every_engine_process_may_use_amx_where_the_cpu_has_it(kv_role, tmp_path
     assert bool(_xcomp(0x1022, env) & xtiledata) == offered
     if offered:  # a plain process has not asked: the site is what makes the difference
         assert not _xcomp(0x1022, {**os.environ, "PYTHONPATH": ""}) & xtiledata
+
+
+def _in_engine_env(code: str, **extra: str) -> str:
+    """stdout of `code` run by a fresh Python with a CPU engine's environment (its site loaded)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in EngineSpec("e", "/model", 8000).env().items()
+           if k not in ("PDDBENCH_ENGINE_FORK", "VLLM_WORKER_MULTIPROC_METHOD")}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_the_start_method_vllm_sets_to_spawn_is_set_back_to_fork():
+    # what vLLM's CpuPlatform.check_and_update_config does, then the site's wrapper around it
+    code = ("import os, sitecustomize\n"
+            "class Cpu:\n"
+            "    @classmethod\n"
+            "    def check_and_update_config(cls, cfg):\n"
+            "        cfg.append(cls)\n"
+            "        os.environ['VLLM_WORKER_MULTIPROC_METHOD'] = 'spawn'\n"
+            "sitecustomize._keep_fork(Cpu)\n"
+            "seen = []\n"
+            "Cpu.check_and_update_config(seen)\n"
+            "print(os.environ['VLLM_WORKER_MULTIPROC_METHOD'], seen == [Cpu])")
+    assert _in_engine_env(code) == "fork True"
+
+
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (`make test` installs it)")
+def test_cpu_engines_fork_their_core_and_worker_unless_told_to_spawn():
+    # the site patches the real vLLM's CPU platform as it is imported (a vLLM that renamed it would
+    # show here), and leaves it alone when the user asks for spawn either way
+    code = ("import vllm.platforms.cpu as c; "
+            "print(c.CpuPlatform.check_and_update_config.__func__.__module__)")
+    assert _in_engine_env(code) == "sitecustomize"
+    assert _in_engine_env(code, PDDBENCH_ENGINE_FORK="0") == "vllm.platforms.cpu"
+    assert _in_engine_env(code, VLLM_WORKER_MULTIPROC_METHOD="spawn") == "vllm.platforms.cpu"

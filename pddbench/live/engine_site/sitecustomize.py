@@ -16,8 +16,16 @@ on PYTHONPATH; spawned workers inherit it). Two fixes for vLLM's NIXL connector 
    ARCH_REQ_XCOMP_PERM, XTILEDATA) before its first AMX instruction, or it dies of SIGILL. vLLM's
    CPU attention picks its AMX kernel wherever the CPU has AMX and never asks: on an Intel Xeon
    with AMX, D's first step over a KV cache it received killed its worker (exit -4). Asked here,
-   once per process; where the kernel or CPU has no AMX the call fails and nothing changes."""
+   once per process; where the kernel or CPU has no AMX the call fails and nothing changes.
+4. vLLM's CPU platform forces the `spawn` start method for the engine core and its worker, so
+   each re-imports torch and vLLM: ~11 of an engine's ~21 s to start here (2-core EPYC), the
+   core busy. Here they are forked from a process that has imported everything and run no
+   OpenMP region yet (vLLM's own default off CPU): ~10 s. The processes, their pinning and what
+   they compute are the same. PDDBENCH_ENGINE_FORK=0, or VLLM_WORKER_MULTIPROC_METHOD=spawn,
+   keeps vLLM's spawn."""
 
+import importlib.abc
+import importlib.machinery
 import os
 import platform
 import sys
@@ -63,3 +71,38 @@ if os.environ.get("PDDBENCH_NIXL_KEEP_PINNING", "1") == "1" and hasattr(os, "sch
         _setaffinity(pid, cpus)
 
     os.sched_setaffinity = _setaffinity_unless_nixl
+
+
+class _ForkAfterCpuConfig(importlib.abc.MetaPathFinder):
+    """Patches vllm.platforms.cpu as it is imported: after CpuPlatform.check_and_update_config
+    has set the start method to spawn, it is set back to fork."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "vllm.platforms.cpu":
+            return None
+        sys.meta_path.remove(self)  # once: the module is imported once per process
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module):
+            exec_module(module)
+            _keep_fork(module.CpuPlatform)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def _keep_fork(platform_cls) -> None:
+    update = platform_cls.check_and_update_config.__func__
+
+    def check_and_update_config(cls, vllm_config):
+        update(cls, vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+
+    platform_cls.check_and_update_config = classmethod(check_and_update_config)
+
+
+if os.environ.get("PDDBENCH_ENGINE_FORK", "1") == "1" and os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork") == "fork":
+    sys.meta_path.insert(0, _ForkAfterCpuConfig())
