@@ -1,5 +1,6 @@
-"""Loaded at start-up by every process of an engine we launch (the engine's env puts this folder
-on PYTHONPATH; spawned workers inherit it). Two fixes for vLLM's NIXL connector on small CPU hosts:
+"""Loaded at start-up by every CPU engine we launch (the engine's env puts this folder on
+PYTHONPATH; its engine core and worker, forked or spawned, have it too). Fixes for vLLM on small
+CPU hosts:
 
 1. NIXL's progress thread polls UCX with zero delay (the Python API hard-codes pthrDelay=0): one
    full core per engine, which on a 2-core machine starves the engines themselves. This sets the
