@@ -361,7 +361,7 @@ class held_signals:
 
 
 class EngineGroup:
-    """Start several engines together (in parallel: each takes ~10-20 s here) and always stop them."""
+    """Start several engines together (in parallel: one takes ~10 s here) and always stop them."""
 
     def __init__(self, specs: list[EngineSpec], log_dir: Path):
         self.engines = [Engine(s, log_dir) for s in specs]
