@@ -813,7 +813,9 @@ def history_cmd(
 def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),
     jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes for the simulations and searches "
-                             "(0: all cores; 1: in this process). The outputs do not depend on it."),
+                             "(0: all cores; 1: in this process). With more than one, the PrfaaS ledger runs beside "
+                             "the rest on as many niced workers, which take only the cores the rest leaves idle. "
+                             "The outputs do not depend on it."),
     full: bool = typer.Option(False, "--full", help="The whole sensitivity map and a finer bathtub (long: see README)."),
     ray: bool = typer.Option(False, "--ray", help="Run on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),
     requests: int = typer.Option(0, "--requests", min=0, help="Requests per generated trace (0: 1,000; --full: "

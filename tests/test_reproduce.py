@@ -82,7 +82,8 @@ def test_map_words_follow_the_signs():
 
 @pytest.fixture(scope="module")
 def light_run(tmp_path_factory):
-    """One tiny reproduce run (40 requests, 2 seeds) for the tests that read its output."""
+    """One tiny reproduce run (40 requests, 2 seeds) for the tests that read its output; on two
+    workers, so the PrfaaS ledger runs beside the rest (tests/test_agreement.py runs -j 1)."""
     from pddbench.reproduce.job import reproduce
     from pddbench.reproduce.ledger_report import README_END, README_START
 
@@ -91,7 +92,7 @@ def light_run(tmp_path_factory):
     readme.write_text(f"# x\n## Simulated vs the article\n{README_START}\nOLD-TABLE-LINE\n{README_END}\nrest\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PDDBENCH_REPRODUCE_REQUESTS", "40")
-        out = reproduce(tmp / "results", jobs=1, seeds=2, update_readme=readme)
+        out = reproduce(tmp / "results", jobs=2, seeds=2, update_readme=readme)
     return out, readme
 
 
@@ -115,6 +116,7 @@ def test_light_reproduce_writes_the_ledger(light_run):
     assert [r["id"] for r in prfaas] == ["prfaas_vs_homogeneous", "prfaas_vs_naive", "prfaas_p90_ttft", "prfaas_equal_cost"]
     assert all(r["verdict"] in VERDICTS and r["seeds"] == 2 for r in prfaas)
     assert "## The PrfaaS ledger" in md and (out / "prfaas" / "designs.json").is_file()
+    assert (out / "prfaas" / "designs.png").is_file() and "prfaas (wall, beside)" in data["settings"]["worker_s_by_kind"]
     assert html.count("<tr class=") == len(CLAIMS) + len(prfaas) and "data:image/png;base64," in html
     # the answer first: at most ten lines, before the ledger, in the JSON, the markdown and the HTML
     answer = data["answer"]

@@ -16,6 +16,7 @@ designs, one value per seed, judged by the ledger's rules (pddbench/reproduce/le
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated, Callable, Literal
@@ -248,10 +249,13 @@ def _vs(value, ref_value, name: str, ref: str) -> str:
 def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | None, results: Path,
                 on_stage: Callable[[str], None] | None = None, along: str | None = None, points: int = 3,
                 steps: int = 3, max_searches: int = 2000, overrides: dict | None = None,
-                max_hours: float = math.inf) -> tuple[dict, Path]:
+                max_hours: float = math.inf, executor=None, draw: bool = True) -> tuple[dict, Path]:
     """`pddbench designs`: the spec checked and its size estimated first, then into `out` or a new
     RESULTS/designs/<run-id>/: designs.json, designs.md, designs.png; with `along` ("PATH=LO..HI")
-    where each design wins along that assumption (designs_along.py): designs_along.png."""
+    where each design wins along that assumption (designs_along.py): designs_along.png.
+    `executor`: the caller's (used, not closed), else one from `jobs` and `ray`; `draw` False: no
+    designs.png (a caller in a background thread draws it in the foreground: pyplot is not
+    thread-safe)."""
     from pddbench.reproduce import designs_along as da
     from pddbench.core.io import check_out_options, run_folder, write_json, write_text
     from pddbench.core.limits import SIM_S_PER_REQUEST, capacity_probes, check_size, check_work, duration
@@ -291,7 +295,8 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
     say = on_stage or (lambda _m: None)
     say(f"{len(spec.designs)} designs, {sum(splits.values())} candidate splits, {spec.seeds} seeds: about "
         f"{duration(searches * per_search)} of simulation on one core")
-    with run_folder(out, results, "designs") as folder, make_executor(jobs, ray) as ex:
+    runner = contextlib.nullcontext(executor) if executor is not None else make_executor(jobs, ray)
+    with run_folder(out, results, "designs") as folder, runner as ex:
         best = _best_splits(spec, scenarios, budgets, ex, say, splits)
         # Ctrl-C from here keeps the best splits found (the long part on large budgets)
         write_json(folder.path / "designs.json", {"name": spec.name, "complete": False, "interrupted": True,
@@ -326,7 +331,8 @@ def run_designs(spec_path: Path, jobs: int | None, ray: str | None, out: Path | 
             da.along_figure(result["along"], f"{spec.name}: where each design wins along {axis[0]} (seed 0, "
                             f"{spec.requests:,} requests, best splits at every probe)", folder.path / "designs_along.png")
         write_json(folder.path / "designs.json", result)
-        designs_figure(result, folder.path / "designs.png")
+        if draw:
+            designs_figure(result, folder.path / "designs.png")
         write_text(folder.path / "designs.md", _markdown(result, rows, markdown_table))
     return result, folder.path
 

@@ -24,6 +24,8 @@ from rich.console import Console
 
 from pddbench.reproduce import best_vs_best as bvb
 from pddbench.reproduce import crossover_search
+from pddbench.reproduce.beside import Beside
+from pddbench.reproduce.designs_figure import designs_figure
 from pddbench.reproduce import regime
 from pddbench.reproduce import common_load
 from pddbench.reproduce.claim_rows import change as _chg
@@ -359,11 +361,22 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     check_ray_option(ray)  # an unreachable --ray cluster: one line, before the run folder is made
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
-    traces = analyse_traces(out, cfg)
-    sim = simulate_all(out, cfg)
-    t0 = time.perf_counter()
-    crossing = crossover_search.for_reproduce(cfg, sim.best, lambda m: console.print(f"  crossovers: {m}", highlight=False))
-    sim.walls["crossovers (wall)"] = time.perf_counter() - t0
+    # the PrfaaS ledger needs nothing the rest measures: it runs beside it, on the cores it leaves idle
+    prfaas_beside = Beside(lambda ex: prfaas_section(out, cfg, ex, draw=False), cfg.jobs, cfg.ray)
+    try:
+        traces = analyse_traces(out, cfg)
+        sim = simulate_all(out, cfg)
+        t0 = time.perf_counter()
+        crossing = crossover_search.for_reproduce(cfg, sim.best,
+                                                  lambda m: console.print(f"  crossovers: {m}", highlight=False))
+        sim.walls["crossovers (wall)"] = time.perf_counter() - t0
+        prfaas = prfaas_beside.result()
+    except BaseException:
+        prfaas_beside.cancel()
+        raise
+    designs_figure(prfaas["result"], out / "prfaas" / "designs.png")  # here: pyplot is not thread-safe
+    if prfaas_beside.wall_s is not None:
+        sim.walls["prfaas (wall, beside)"] = prfaas_beside.wall_s
     done = crossing["settings"]
     console.print(f"  crossovers: {done['capacity_searches']} capacity searches ({done['warm_started_searches']} "
                   f"warm-started, {done['capacity_probes']} probes) and {done['neighbour_checks']} neighbour checks "
@@ -395,7 +408,6 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
              "ttft_change_pct": describe_map(sens, axes, "ttft_change_pct", "PDD's mean TTFT change", good="negative",
                                              crossovers=found)}
     write_json(out / "map" / "map.json", {"axes": grid, "points": sens.to_dict(orient="records"), "words": words})
-    prfaas = prfaas_section(out, cfg)
     figures = _figures(out, rows, folders, op, tub, common, loads, plan, sens, axes, cfg, crossing)
     figures.append(("Designs side by side on the PrfaaS case study's hardware", out / "prfaas" / "designs.png"))
     wall = round(time.perf_counter() - cfg.started, 1)
@@ -454,16 +466,18 @@ def sizes_section(sizes: dict | None) -> tuple[str, str, list]:
 PRFAAS_SPEC = "designs/prfaas-case-study.yaml"  # shipped (scenarios/designs/)
 
 
-def prfaas_section(out: Path, cfg: Settings) -> dict:
+def prfaas_section(out: Path, cfg: Settings, executor=None, draw: bool = True) -> dict:
     """The second paper's ledger (PrfaaS, arXiv 2604.15039): `pddbench designs` on its case study's
-    hardware at reproduce's steady trace length and seeds, into OUT/prfaas/; the report's section."""
+    hardware at reproduce's steady trace length and seeds, into OUT/prfaas/; the report's section.
+    `executor`: where its simulations run (None: a pool of its own); `draw` False: without
+    prfaas/designs.png (pddbench/reproduce/designs_figure.py draws it)."""
     from pddbench.core.shipped import SCENARIOS
     from pddbench.reproduce.designs import rows_from_json, run_designs
 
     result, _ = run_designs(SCENARIOS / PRFAAS_SPEC, cfg.jobs, cfg.ray, out / "prfaas", out,
                             on_stage=lambda m: console.print(f"  prfaas: {m}", highlight=False, markup=False),
                             overrides={"requests": cfg.capacity_requests, "seeds": cfg.seeds,
-                                       "iterations": cfg.capacity_iterations})
+                                       "iterations": cfg.capacity_iterations}, executor=executor, draw=draw)
     text = ("Prefill-as-a-Service (Qin et al., arXiv 2604.15039): its case study's figures against the designs "
             f"on its hardware, each at its best split ({PRFAAS_SPEC}, scenarios/prfaas/; prfaas/designs.md). "
             + " ".join(result["words"]))

@@ -8,6 +8,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -49,29 +50,40 @@ class InlineExecutor(Executor):
             yield i, execute(p.task, *p.blobs)
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(niceness: int = 0) -> None:
     # Ctrl-C is the parent's to handle: it keeps what finished and ends the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if niceness:
+        os.nice(niceness)
 
 
 class PoolExecutor(Executor):
     """A local process pool (forkserver where available, else spawn: no fork of a threaded
-    parent). Workers start on first use and are reused across run() calls."""
-    name = "process-pool"
+    parent). Workers start on first use and are reused across run() calls.
 
-    def __init__(self, workers: int):
-        self.workers = workers
+    For work run in a background thread beside another pool: `niceness` lowers its workers'
+    priority, so they take the cores only while the foreground's workers leave them idle (the
+    results do not depend on it); `stop`, once set, makes run() raise KeyboardInterrupt, the
+    Ctrl-C a background thread never receives itself."""
+    name = "process-pool"
+    STOP_POLL_S = 0.2
+
+    def __init__(self, workers: int, niceness: int = 0, stop: threading.Event | None = None):
+        self.workers, self._stop = workers, stop
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(["pddbench.sweep.tasks", "pddbench.measure.runner"])
-        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker)
+        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker, initargs=(niceness,))
 
     def run(self, payloads):
         futures = {self._pool.submit(execute, p.task, *p.blobs): i for i, p in enumerate(payloads)}
         pending = set(futures)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=self.STOP_POLL_S if self._stop else None,
+                                 return_when=FIRST_COMPLETED)
+            if self._stop is not None and self._stop.is_set():
+                raise KeyboardInterrupt
             for f in sorted(done, key=futures.get):
                 try:
                     yield futures[f], f.result()

@@ -1,0 +1,91 @@
+"""A stage run beside the main job's others (pddbench/reproduce/beside.py): the same results as in
+the foreground, on niced workers of its own pool, and stopped with its workers when the
+foreground fails or is interrupted. Real process pools and real simulations."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from pddbench.reproduce.beside import NICENESS, Beside
+from pddbench.sweep.checked_search import holds
+from pddbench.sweep.executors import InlineExecutor
+
+
+def _scenarios(n: int, requests: int):
+    from pddbench.reproduce.tasks import Settings, _variant
+
+    cfg = Settings.make(requests=requests, seeds=1)
+    return [_variant("same-dc-pd", 0, cfg, [f"workload.synth.requests={requests}", f"workload.rate_scale={0.5 + i / 4}"])
+            for i in range(n)]
+
+
+def test_a_stage_beside_gives_the_foregrounds_results_on_niced_workers_of_its_own():
+    scen = _scenarios(4, 200)
+    seen: dict = {}
+
+    def work(ex):
+        seen["thread"] = threading.current_thread().name
+        out = holds(scen, ex or InlineExecutor())
+        if ex is not None:
+            seen["niceness"] = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in ex._pool._processes.values()]
+        return out
+
+    foreground = Beside(work, 1, None)
+    assert "thread" not in seen  # -j 1: nothing starts before the result is asked for
+    alone = foreground.result()
+    assert seen["thread"] == threading.current_thread().name and foreground.wall_s is None
+    beside = Beside(work, 2, None).result()
+    assert seen["thread"] == "pddbench-beside"
+    assert beside == alone and len(beside) == 4
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen["niceness"] and all(n == min(mine + NICENESS, 19) for n in seen["niceness"])
+
+
+def test_on_ray_the_stage_waits_for_the_foreground():
+    calls = []
+    stage = Beside(lambda ex: calls.append(ex) or "done", 2, "local")
+    assert calls == []
+    assert stage.result() == "done" and calls == [None]
+
+
+def test_cancel_stops_the_stage_and_ends_its_workers():
+    scen = _scenarios(40, 6000)  # ~10 s of work on 2 cores: cancel() comes long before its end
+    started = threading.Event()
+    pool = {}
+
+    def work(ex):
+        pool["ex"] = ex
+        started.set()
+        return holds(scen, ex)
+
+    stage = Beside(work, 2, None)
+    assert started.wait(60)
+    ex = pool["ex"]
+    deadline = time.monotonic() + 60
+    while not ex._pool._processes and time.monotonic() < deadline:  # the workers start on first use
+        time.sleep(0.05)
+    pids = list(ex._pool._processes)
+    assert pids
+    stage.cancel()
+    assert not stage._thread.is_alive()
+    assert isinstance(stage._error, KeyboardInterrupt)  # what an interrupted stage sees
+    for pid in pids:
+        with pytest.raises((ProcessLookupError, ChildProcessError)):
+            _wait_gone(pid)
+
+
+def _wait_gone(pid: int) -> None:
+    """Raises ProcessLookupError once `pid` is gone (reaped); a zombie counts as gone."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1].startswith("Z"):
+                    raise ProcessLookupError(pid)
+        except FileNotFoundError:
+            raise ProcessLookupError(pid) from None
+        time.sleep(0.05)
