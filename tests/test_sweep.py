@@ -338,3 +338,37 @@ def test_ray_head_gives_the_same_bytes(local_capacity, tmp_path, loopback_only_n
             break
         time.sleep(0.5)
     assert not _ray_processes()
+
+
+def test_a_worker_keeps_several_workloads_within_its_request_budget(monkeypatch):
+    """A crossover search interleaves tasks of several workloads: a worker generates each once and
+    its summaries are a fresh generation's; past CACHED_REQUESTS the least recently used goes."""
+    from collections import OrderedDict
+
+    import pddbench.sweep.tasks as tasks
+    from pddbench.measure.runner import simulate_summary
+    from pddbench.reproduce.tasks import Settings, _variant
+    from pddbench.workload import source
+
+    cfg = Settings.make(requests=300, seeds=2)
+    a, b = (_variant("same-dc-pd", seed, cfg, ["workload.synth.requests=300"]) for seed in (0, 1))
+    assert a.workload.synth.seed != b.workload.synth.seed
+    a_faster = a.model_copy(deep=True)
+    a_faster.workload.rate_scale = 2.0
+    made = []
+    real = source.workload_requests
+    monkeypatch.setattr(source, "workload_requests", lambda sc: made.append(sc.workload.synth.seed) or real(sc))
+    monkeypatch.setattr(tasks, "_requests_cache", OrderedDict())
+    got = [tasks._summary(sc) for sc in (a, b, a_faster, a)]
+    assert made == [a.workload.synth.seed, b.workload.synth.seed]  # a generated once, kept while b ran
+    def same(s: dict) -> dict:  # without the fields that differ between identical runs (wall time, load)
+        return {k: v for k, v in s.items() if k not in ("sim_wall_s", "provenance")}
+    for sc, s in zip((a, b, a_faster), got):
+        assert same(s) == same(simulate_summary(sc)[1])
+    assert same(got[3]) == same(got[0]) and same(got[2]) != same(got[0])
+    made.clear()
+    monkeypatch.setattr(tasks, "CACHED_REQUESTS", 300)  # room for one workload: a is dropped for b
+    monkeypatch.setattr(tasks, "_requests_cache", OrderedDict())
+    for sc in (a, b, a):
+        tasks._summary(sc)
+    assert made == [a.workload.synth.seed, b.workload.synth.seed, a.workload.synth.seed]

@@ -12,23 +12,31 @@ import base64
 import json
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from pddbench.sweep.payload import receive_scenario
 
-_requests_cache: dict[str, list] = {}
+_requests_cache: OrderedDict[str, list] = OrderedDict()  # the most recently used last
+CACHED_REQUESTS = 100_000  # a worker keeps up to this many generated requests (~15 MB per 12,000)
 
 
 def _requests(sc):
-    """The workload's requests, generated once per worker for all its probes (the rate scale
-    only divides timestamps, so it is not part of the key; data files are keyed by content)."""
+    """The workload's requests, generated once per worker and kept for its later tasks (the rate
+    scale only divides timestamps, so it is not part of the key; data files are keyed by
+    content). Several workloads are kept, least recently used dropped first: a crossover search
+    interleaves the tasks of several axis values, each with its own workload."""
     from pddbench.workload.source import workload_requests
 
     key = sc.workload.model_copy(update={"rate_scale": 1.0}).model_dump_json()
-    if key not in _requests_cache:
-        _requests_cache.clear()  # one workload at a time is what probes reuse
-        _requests_cache[key] = workload_requests(sc)
-    return _requests_cache[key]
+    if key in _requests_cache:
+        _requests_cache.move_to_end(key)
+        return _requests_cache[key]
+    reqs = workload_requests(sc)
+    _requests_cache[key] = reqs
+    while len(_requests_cache) > 1 and sum(map(len, _requests_cache.values())) > CACHED_REQUESTS:
+        _requests_cache.popitem(last=False)
+    return reqs
 
 
 def _summary(sc) -> dict:
