@@ -23,14 +23,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # a second pytest runs every other test beside them, so a check for leftovers never sees another
 # test's live processes and the CPU is not idle while engines wait on the emulated WAN. Whole
 # modules, or module::test (every parametrization of it) where the rest of a module is ordinary.
-MACHINE_WIDE = {"test_engine_start", "test_gpu_calibration", "test_live_attach", "test_live_declared", "test_live_pdd",
+MACHINE_WIDE = {"test_engine_start", "test_live_attach", "test_live_pdd",
                 "test_live_ray", "test_live_ray_wan", "test_live_sim_records", "test_live_vllm", "test_netem_host_mode",
                 "test_netem_live", "test_sharded_replay",
                 "test_battery::test_issue40_engine_teardown_holds_ctrl_c",  # a process marked as an engine's
                 "test_battery::test_issue40_netem_refusal_touches_nothing_it_did_not_make",  # a delay line's
                 "test_handoff_bench::test_over_the_emulated_wan_each_handoff_pays_the_delay",
                 "test_netem_unit::test_up_interrupted_midway_leaves_nothing",
-                "test_sweep::test_ray_head_gives_the_same_bytes"}
+                "test_sweep::test_ray_head_gives_the_same_bytes",
+                # the only ones of their modules that start engines (the rest: refusals and configs)
+                "test_gpu_calibration::test_the_pipeline_runs_on_cpu_vllm_with_dummy_weights",
+                "test_live_declared::test_a_declared_layout_other_than_the_fixed_one_runs_on_real_engines"}
 
 
 def pytest_collection_modifyitems(config, items):
