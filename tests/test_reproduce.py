@@ -2,6 +2,7 @@
 ledger (one row per claim, a verdict each), and the map's words follow the map's signs."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -375,3 +376,57 @@ def test_report_html_works_in_a_real_browser(light_run):
     prfaas = json.loads((out / "reproduce.json").read_text())["prfaas"]["rows"]
     assert links == len(CLAIMS) + len(prfaas) and dangling == []  # both ledgers' rows link to their details
     assert visible and scroll_y == 0 and box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 800, box
+
+
+def _session_processes(sid: int) -> list[int]:
+    """The pids whose session is `sid` (a zombie counts as gone)."""
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_ctrl_c_during_reproduce_ends_the_stage_beside_it_and_every_worker(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C, while both pools run (the
+    simulations and the PrfaaS ledger beside them): exit 130, one line, no process left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen([sys.executable, "-m", "pddbench", "reproduce", "--requests", "40", "-j", "2",
+                             "--results", str(tmp_path / "results")], cwd=REPO, text=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stderr:  # wait until both pools have work: a split search and the PrfaaS designs
+            lines.append(line)
+            text = "".join(lines)
+            if "split search" in text and "prfaas:" in text:
+                break
+        assert proc.poll() is None, "".join(lines)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=120)
+        err = "".join(lines) + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130 and "Traceback" not in err, (rc, err[-3000:])
+    deadline = time.monotonic() + 30
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _session_processes(proc.pid) == []
+    # the PrfaaS stage was stopped, not waited for: nothing of it kept, or what it kept says so
+    designs = list((tmp_path / "results").glob("reproduce/*/prfaas/designs.json"))
+    assert all(json.loads(d.read_text())["interrupted"] for d in designs), err[-3000:]
+    print(err[-600:])
