@@ -814,7 +814,7 @@ def reproduce_cmd(
     results: Path = typer.Option(Path("results"), "--results", help="Results root; a new results/reproduce/<run-id>/ is made."),
     jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="Worker processes for the simulations and searches "
                              "(0: all cores; 1: in this process). With more than one, the PrfaaS ledger runs beside "
-                             "the rest on as many niced workers, which take only the cores the rest leaves idle. "
+                             "the rest on as many idle-priority workers, which take only the cores the rest leaves idle. "
                              "The outputs do not depend on it."),
     full: bool = typer.Option(False, "--full", help="The whole sensitivity map and a finer bathtub (long: see README)."),
     ray: bool = typer.Option(False, "--ray", help="Run on Ray: $RAY_ADDRESS's cluster, else a local Ray runtime."),

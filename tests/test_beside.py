@@ -1,5 +1,5 @@
 """A stage run beside the main job's others (pddbench/reproduce/beside.py): the same results as in
-the foreground, on niced workers of its own pool, and stopped with its workers when the
+the foreground, on idle-priority workers of its own pool, and stopped with its workers when the
 foreground fails or is interrupted. Real process pools and real simulations."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pddbench.reproduce.beside import NICENESS, Beside
+from pddbench.reproduce.beside import Beside
 from pddbench.sweep.checked_search import holds
 from pddbench.sweep.executors import InlineExecutor
 
@@ -23,7 +23,7 @@ def _scenarios(n: int, requests: int):
             for i in range(n)]
 
 
-def test_a_stage_beside_gives_the_foregrounds_results_on_niced_workers_of_its_own():
+def test_a_stage_beside_gives_the_foregrounds_results_on_idle_priority_workers_of_its_own():
     scen = _scenarios(4, 200)
     seen: dict = {}
 
@@ -31,7 +31,7 @@ def test_a_stage_beside_gives_the_foregrounds_results_on_niced_workers_of_its_ow
         seen["thread"] = threading.current_thread().name
         out = holds(scen, ex or InlineExecutor())
         if ex is not None:
-            seen["niceness"] = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in ex._pool._processes.values()]
+            seen["policy"] = [os.sched_getscheduler(p.pid) for p in ex._pool._processes.values()]
         return out
 
     foreground = Beside(work, 1, None)
@@ -41,8 +41,8 @@ def test_a_stage_beside_gives_the_foregrounds_results_on_niced_workers_of_its_ow
     beside = Beside(work, 2, None).result()
     assert seen["thread"] == "pddbench-beside"
     assert beside == alone and len(beside) == 4
-    mine = os.getpriority(os.PRIO_PROCESS, 0)
-    assert seen["niceness"] and all(n == min(mine + NICENESS, 19) for n in seen["niceness"])
+    assert seen["policy"] and set(seen["policy"]) == {os.SCHED_IDLE}  # they run only where the cores are idle
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # and nothing else changed
 
 
 def test_on_ray_the_stage_waits_for_the_foreground():

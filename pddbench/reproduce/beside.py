@@ -1,9 +1,9 @@
 """One stage of the main job run in a thread beside the others, on its own process pool whose
-workers are niced: they take the cores only where the foreground's workers leave them idle (the
-ends of its synchronous rounds, the figures, the trace analysis), so the job's wall time shrinks by
-about that stage's own. The results are the same bytes: every simulation is deterministic wherever
-and whenever it runs. With one job (-j 1) or on Ray the stage runs in the foreground when asked
-for, as before."""
+workers run at idle priority: they take the cores only where the foreground's workers leave them
+idle (the ends of its synchronous rounds, the figures, the trace analysis), so the job's wall time
+shrinks by the idle time they fill. The results are the same bytes: every simulation is
+deterministic wherever and whenever it runs. With one job (-j 1) or on Ray the stage runs in the
+foreground when asked for, as before."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Callable, Generic, TypeVar
 from pddbench.sweep.executors import Executor, PoolExecutor, default_jobs
 
 T = TypeVar("T")
-NICENESS = 10  # the background's workers get ~1/10 of a core that a foreground worker wants
 
 
 class Beside(Generic[T]):
@@ -28,7 +27,7 @@ class Beside(Generic[T]):
         self._error: BaseException | None = None
         self.wall_s: float | None = None
         workers = jobs or default_jobs()
-        self._ex = PoolExecutor(workers, niceness=NICENESS, stop=self._stop) if workers > 1 and ray is None else None
+        self._ex = PoolExecutor(workers, idle_only=True, stop=self._stop) if workers > 1 and ray is None else None
         self._thread = threading.Thread(target=self._run, name="pddbench-beside", daemon=True) if self._ex else None
         if self._thread is not None:
             self._thread.start()
