@@ -429,4 +429,3 @@ def test_ctrl_c_during_reproduce_ends_the_stage_beside_it_and_every_worker(tmp_p
     # the PrfaaS stage was stopped, not waited for: nothing of it kept, or what it kept says so
     designs = list((tmp_path / "results").glob("reproduce/*/prfaas/designs.json"))
     assert all(json.loads(d.read_text())["interrupted"] for d in designs), err[-3000:]
-    print(err[-600:])

@@ -362,7 +362,7 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
     out = new_run_dir(results_root, "reproduce")
     console.print(f"[bold]pddbench reproduce[/] ({'full' if full else 'light'} map) -> {out}")
     # the PrfaaS ledger needs nothing the rest measures: it runs beside it, on the cores it leaves idle
-    prfaas_beside = Beside(lambda ex: prfaas_section(out, cfg, ex, draw=False), cfg.jobs, cfg.ray)
+    prfaas_beside = Beside(lambda ex: prfaas_section(out, cfg, ex), cfg.jobs, cfg.ray)
     try:
         traces = analyse_traces(out, cfg)
         sim = simulate_all(out, cfg)
@@ -466,18 +466,18 @@ def sizes_section(sizes: dict | None) -> tuple[str, str, list]:
 PRFAAS_SPEC = "designs/prfaas-case-study.yaml"  # shipped (scenarios/designs/)
 
 
-def prfaas_section(out: Path, cfg: Settings, executor=None, draw: bool = True) -> dict:
+def prfaas_section(out: Path, cfg: Settings, executor=None) -> dict:
     """The second paper's ledger (PrfaaS, arXiv 2604.15039): `pddbench designs` on its case study's
     hardware at reproduce's steady trace length and seeds, into OUT/prfaas/; the report's section.
-    `executor`: where its simulations run (None: a pool of its own); `draw` False: without
-    prfaas/designs.png (pddbench/reproduce/designs_figure.py draws it)."""
+    `executor`: where its simulations run (None: a pool of its own). It may run in a background
+    thread, so it draws no figure: reproduce draws prfaas/designs.png (pyplot is not thread-safe)."""
     from pddbench.core.shipped import SCENARIOS
     from pddbench.reproduce.designs import rows_from_json, run_designs
 
     result, _ = run_designs(SCENARIOS / PRFAAS_SPEC, cfg.jobs, cfg.ray, out / "prfaas", out,
                             on_stage=lambda m: console.print(f"  prfaas: {m}", highlight=False, markup=False),
                             overrides={"requests": cfg.capacity_requests, "seeds": cfg.seeds,
-                                       "iterations": cfg.capacity_iterations}, executor=executor, draw=draw)
+                                       "iterations": cfg.capacity_iterations}, executor=executor, draw=False)
     text = ("Prefill-as-a-Service (Qin et al., arXiv 2604.15039): its case study's figures against the designs "
             f"on its hardware, each at its best split ({PRFAAS_SPEC}, scenarios/prfaas/; prfaas/designs.md). "
             + " ".join(result["words"]))
