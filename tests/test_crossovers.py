@@ -118,12 +118,9 @@ def _fake_climber(capacity: list[float]):
             return next(i for i, c in enumerate(self.candidates("same-dc-pd"))
                         if all(getattr(sc.deployment, r).instances == v["instances"] for r, v in c.items()))
 
-        def _capacities(self, scenarios, hints):
-            return [search_capacity(sc, 7, probe_many=_threshold_prober(capacity[self.index(sc)]), near=h)
-                    for sc, h in zip(scenarios, hints)]
-
-        def _holds(self, scenarios):
-            return [sc.workload.rate_scale <= capacity[self.index(sc)] for sc in scenarios]
+        def _capacities(self, scenarios, hints, stop_if_near_fails=False):
+            return [search_capacity(sc, 7, probe_many=_threshold_prober(capacity[self.index(sc)]), near=h,
+                                    stop_if_near_fails=stop_if_near_fails) for sc, h in zip(scenarios, hints)]
 
     return Fake(InlineExecutor(), Settings.make(requests=150, seeds=1), 150, 7)
 
@@ -154,6 +151,38 @@ def test_the_checked_climb_ends_where_a_climb_over_full_searches_ends(shape):
         assert index == reference(start), (shape, start)
         assert cl.checks > 0
         assert cl.searches < 1 + 2 * (abs(index - start) + 1)  # never every neighbour searched in full
+
+
+def test_the_climb_simulates_no_split_twice_at_one_rate():
+    """A neighbour's check is the first probe of its capacity search (never simulated again when
+    it holds), so across a whole climb no (split, rate) pair is simulated twice; the effort's
+    count of simulations is the number of simulations the prober saw."""
+    from collections import Counter
+
+    from pddbench.measure.capacity import search_capacity
+    from tests.test_sweep import _threshold_prober
+
+    n = len(_fake_climber([1.0]).candidates("same-dc-pd"))
+    caps = [1 + i for i in range(n)]  # rising: the climb walks every split from the first
+    seen: Counter = Counter()
+    cl = _fake_climber(caps)
+
+    def capacities(scenarios, hints, stop_if_near_fails=False):
+        out = []
+        for sc, h in zip(scenarios, hints):
+            i, inner = cl.index(sc), _threshold_prober(caps[cl.index(sc)])
+
+            def probe(scales, i=i, inner=inner):
+                seen.update((i, round(s, 9)) for s in scales)
+                return inner(scales)
+            out.append(search_capacity(sc, 7, probe_many=probe, near=h, stop_if_near_fails=stop_if_near_fails))
+        return out
+
+    cl._capacities = capacities
+    (index, _), = cl.best({("same-dc-pd", ()): 0}).values()
+    assert index == n - 1
+    assert seen and max(seen.values()) == 1
+    assert cl.effort()["simulations"] == sum(seen.values())
 
 
 def test_crossovers_command_on_the_simulator(tmp_path):

@@ -251,6 +251,43 @@ def test_a_warm_start_brackets_the_same_capacity_at_least_as_finely(capacity_sca
         assert len(warm["probes"]) < len(cold["probes"])
 
 
+@pytest.mark.parametrize("capacity_scale", [0.02, 0.3, 1.0, 2.7, 37.0])
+@pytest.mark.parametrize("near_ratio", [0.97, 0.995, 1.0, 1.01, 1.03])
+def test_a_warm_start_within_three_per_cent_brackets_in_at_most_six_probes(capacity_scale, near_ratio):
+    """Near first, one step (about 1/16 of near, a power-of-two multiple of the final width) away
+    from it, then bisection exactly down to the cold search's width: 7 iterations' resolution in
+    at most 2 + 4 probes where near is within 3 % of the answer (the old two-sided bracket took 6-7)."""
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.schema.scenario import load_scenario
+
+    sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
+    warm = search_capacity(sc, 7, probe_many=_threshold_prober(capacity_scale), near=capacity_scale * near_ratio)
+    assert warm["rate_scale"] <= capacity_scale < warm["rate_scale"] + warm["resolution_rate_scale"] + 1e-6
+    assert len(warm["probes"]) <= 6
+    assert round(capacity_scale * near_ratio, 6) in [p["rate_scale"] for p in warm["probes"]]
+
+
+@pytest.mark.parametrize("near_ratio", [0.5, 0.98, 1.0, 1.02, 3.0])
+def test_a_search_that_must_hold_at_near_is_one_simulation_where_it_fails_there(near_ratio):
+    """stop_if_near_fails makes the first probe a check: where the scenario fails at near the
+    search ends after that one simulation (stopped_at_near, no capacity); where it holds there the
+    search is the plain warm search, probe for probe."""
+    from pddbench.measure.capacity import search_capacity
+    from pddbench.schema.scenario import load_scenario
+
+    sc = load_scenario("paper/same-dc-pd", ["workload.synth.requests=200"])
+    near = 2.7 * near_ratio
+    checked = search_capacity(sc, 7, probe_many=_threshold_prober(2.7), near=near, stop_if_near_fails=True)
+    plain = search_capacity(sc, 7, probe_many=_threshold_prober(2.7), near=near)
+    if near > 2.7:
+        assert checked["stopped_at_near"] and checked["rate_scale"] is None
+        assert [p["rate_scale"] for p in checked["probes"]] == [round(near, 6)]
+        assert plain["rate_scale"] is not None and len(plain["probes"]) > 1
+    else:
+        assert "stopped_at_near" not in checked and checked["probes"] == plain["probes"]
+        assert checked["rate_scale"] == plain["rate_scale"] <= 2.7
+
+
 def test_a_warm_start_on_the_simulator_holds_where_it_answers():
     """On the real simulator (a short trace, not monotone) the warm answer held and nothing at or
     below it failed, as the cold search's."""

@@ -64,6 +64,13 @@ def capacity_probes(iterations: int, per_round: int = 1) -> int:
     return BRACKET_PROBES * per_round + section_rounds(iterations, per_round) * per_round
 
 
+def warm_probes(iterations: int) -> int:
+    """Probes of a warm-started capacity search, typical: near, a step or two away from it, and the
+    bisection from that step (~1/16 of near) down to the cold search's final width (make run's
+    crossovers: 973 probes for 125 searches at 7 iterations)."""
+    return iterations + 1
+
+
 def nominal_requests(workload: dict | None) -> int | None:
     """The request count a workload states (synth/fixed count, capped by max_requests), without
     generating or reading anything; None for a trace of unknown length."""

@@ -8,10 +8,15 @@ evenly spaced rates that cut the bracket into k + 1 parts. The number of rounds 
 final bracket is no wider than bisection's, so the answer agrees within that resolution.
 
 A warm start (`near`: a rate scale expected near the answer, e.g. a neighbouring probe's capacity
-in a crossover search) brackets with two probes at near x (1 -/+ WARM_HALF_WIDTH), widening
-geometrically where both hold or both fail, then bisects only until the bracket is as narrow as
-the cold search's would be for that answer (2**e x 2**-iterations for an answer in [2**e,
-2**(e+1)) times the scenario's rate): the same resolution in about 6-7 probes instead of about 10.
+in a crossover search) probes near first, then steps away from it (up where it held, down where it
+failed) by about near x WARM_STEP, doubling the step until the verdict flips, then bisects only
+until the bracket is as narrow as the cold search's would be for that answer (2**e x
+2**-iterations for an answer in [2**e, 2**(e+1)) times the scenario's rate). The step is that
+final width times a power of two, so the bisection ends exactly at it: the same resolution in
+about 5-6 probes instead of about 10 where near is within a few per cent. `stop_if_near_fails`
+makes the first probe a check: a search that only matters if the scenario holds at near (a
+neighbouring split that must beat the best's rate) ends after that one simulation when it fails
+there (result["stopped_at_near"]), so the check is never simulated twice.
 
 A probe passes on the steady-state verdict (summary["steady"]["holds"], pddbench/metrics/steady.py):
 the SLA judged after warm-up and no rising latency trend; a probe that is not steady fails. The
@@ -85,7 +90,8 @@ def _local_prober(sc: Scenario) -> ProbeMany:
 
 def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, k: int = 1,
-                    min_requests: int = MIN_REQUESTS, near: float | None = None) -> tuple[dict, dict[float, dict]]:
+                    min_requests: int = MIN_REQUESTS, near: float | None = None,
+                    stop_if_near_fails: bool = False) -> tuple[dict, dict[float, dict]]:
     """The search; returns (result, every probe's summary by rate scale). `near`: a warm start
     (an absolute rate scale expected near the answer; bisection only, k = 1)."""
     probe_many = probe_many or _local_prober(sc)
@@ -114,10 +120,12 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         return lo, hi
 
     if near is not None and near > 0 and k == 1:
-        lo, hi = _warm_bracket(near / base, run, split)
+        lo, hi = _warm_bracket(near / base, iterations, run, stop_if_near_fails)
+        if stop_if_near_fails and lo is None:
+            return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), "warm_start_rate_scale": near,
+                    "stopped_at_near": True}, summaries
         if lo is not None and hi is not None:
-            # the cold search's final width for an answer in [2**e, 2**(e+1)): 2**e x 2**-iterations
-            while hi - lo > 2.0 ** (math.floor(math.log2(lo)) - iterations) + 1e-12:
+            while hi - lo > _final_width(lo, iterations) + 1e-12:
                 mid = (lo + hi) / 2
                 lo, hi = split([mid], run([mid]), lo, hi)
         return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), "warm_start_rate_scale": near}, summaries
@@ -149,26 +157,43 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
     return _result(sc, probes, summaries, lo, hi, base, k, min_requests), summaries
 
 
-WARM_HALF_WIDTH = 1 / 16  # a warm start's first bracket: near x (1 -/+ this)
+WARM_STEP = 1 / 16  # a warm start's first step away from near, as a share of near (rounded, below)
 
 
-def _warm_bracket(near: float, run: Callable[[list[float]], list[bool]], split) -> tuple[float | None, float | None]:
-    """(lo, hi) around `near` (relative rate scale): lo held, hi the lowest probe above it that
-    failed; widened by doubling the step while both ends hold (or both fail), within the cold
-    ladder's limits (2**-LADDER_LIMIT .. 2**LADDER_LIMIT). A None end: no rate in the limits did."""
-    low, high = near * (1 - WARM_HALF_WIDTH), near * (1 + WARM_HALF_WIDTH)
-    lo, hi = split([low, high], run([low, high]), None, None)
-    step = 2 * WARM_HALF_WIDTH
-    while hi is None and high < 2.0 ** LADDER_LIMIT:  # everything held: climb
-        high = min(high * (1 + step), 2.0 ** LADDER_LIMIT)
-        lo, hi = split([high], run([high]), lo, hi)
-        step *= 2
-    while lo is None and low > 2.0 ** -LADDER_LIMIT:  # the lowest probe failed: descend
-        hi = low
-        low = max(low / (1 + step), 2.0 ** -LADDER_LIMIT)
-        if run([low])[0]:
-            lo = low
-        step *= 2
+def _final_width(lo: float, iterations: int) -> float:
+    """The cold search's final bracket width for an answer in [2**e, 2**(e+1)): 2**e x 2**-iterations."""
+    return 2.0 ** (math.floor(math.log2(lo)) - iterations)
+
+
+def _warm_bracket(near: float, iterations: int, run: Callable[[list[float]], list[bool]],
+                  stop_if_near_fails: bool = False) -> tuple[float | None, float | None]:
+    """(lo, hi) from `near` (relative rate scale): lo held, hi the lowest probe above it that
+    failed. Near first, then steps away from it (up from a hold, down from a failure), doubling
+    while the verdict stays, within the cold ladder's limits (2**-LADDER_LIMIT .. 2**LADDER_LIMIT).
+    The first step is the final width times the power of two nearest near x WARM_STEP, so the
+    bisection halves it exactly down to that width. A None end: no rate in the limits did."""
+    top, bottom = 2.0 ** LADDER_LIMIT, 2.0 ** -LADDER_LIMIT
+    near = min(max(near, bottom), top)
+    width = _final_width(near, iterations)
+    step = width * 2.0 ** max(0, round(math.log2(near * WARM_STEP / width)))
+    if run([near])[0]:
+        lo, hi = near, None
+        while hi is None and lo < top:  # held: climb
+            x = min(lo + step, top)
+            if run([x])[0]:
+                lo, step = x, step * 2
+            else:
+                hi = x
+        return lo, hi
+    lo, hi = None, near
+    if stop_if_near_fails:
+        return lo, hi
+    while lo is None and hi > bottom:  # failed: descend
+        x = max(hi - step, hi / 2, bottom)  # never below half of the last failure: the ladder's pace at most
+        if run([x])[0]:
+            lo = x
+        else:
+            hi, step = x, step * 2
     return lo, hi
 
 
@@ -214,10 +239,12 @@ def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: 
 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, probes_per_round: int = 1,
-                    min_requests: int = MIN_REQUESTS, near: float | None = None) -> dict:
+                    min_requests: int = MIN_REQUESTS, near: float | None = None,
+                    stop_if_near_fails: bool = False) -> dict:
     """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
     time elsewhere (pddbench.sweep.capacity_run puts them on an executor); `near`: a warm start."""
-    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests, near)[0]
+    return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests, near,
+                           stop_if_near_fails)[0]
 
 
 def check_capacity_workload(sc: Scenario, where: str) -> None:

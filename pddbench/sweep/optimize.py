@@ -297,9 +297,10 @@ def with_split(sc: Scenario, split: dict, max_requests: int | None = None) -> Sc
 
 
 def measure(scenarios: list[Scenario], executor: Executor, iterations: int,
-            near: list[float | None] | None = None) -> list[dict]:
+            near: list[float | None] | None = None, stop_if_near_fails: bool = False) -> list[dict]:
     """Each scenario's capacity result, as `capacity` tasks (the sweep's capacity measure);
-    `near`: per scenario, a warm start's rate scale or None (pddbench/measure/capacity.py)."""
+    `near`: per scenario, a warm start's rate scale or None (pddbench/measure/capacity.py), and
+    with `stop_if_near_fails` a check there that ends the search where it fails."""
     cache: dict = {}
     payloads = []
     for i, sc in enumerate(scenarios):
@@ -307,6 +308,8 @@ def measure(scenarios: list[Scenario], executor: Executor, iterations: int,
         task = {"kind": "capacity", "scenario": data, "iterations": iterations}
         if near and near[i]:
             task["near"] = near[i]
+            if stop_if_near_fails:
+                task["stop_if_near_fails"] = True
         payloads.append(make_payload(task, blobs))
     return results_in_order(executor, payloads, "capacity", lambda _i: "capacity of a candidate")
 
