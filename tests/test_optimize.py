@@ -2,6 +2,7 @@
 of the measured candidates, and the best split beats a deliberately bad one."""
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -84,11 +85,23 @@ def test_the_checked_search_finds_the_exhaustive_best_with_fewer_simulations(mon
     cap = [0.29 * c for c in cap]
     index = lambda s: next(i for i, c in enumerate(splits) if all(
         getattr(s.deployment, r).instances == v["instances"] for r, v in c.items()))
-    monkeypatch.setattr(cs, "measure", lambda scen, ex, it, near: [
-        search_capacity(s, it, probe_many=_threshold_prober(cap[index(s)]), near=h) for s, h in zip(scen, near)])
+    seen = Counter()  # (split, rate scale) -> simulations
+
+    def prober(i: int):
+        def probe(scales):
+            seen.update((i, round(x, 9)) for x in scales)
+            return _threshold_prober(cap[i])(scales)
+        return probe
+
+    monkeypatch.setattr(cs, "measure", lambda scen, ex, it, near, known=None: [
+        search_capacity(s, it, probe_many=prober(index(s)), near=h, known=k)
+        for s, h, k in zip(scen, near, known or [None] * len(scen))])
     monkeypatch.setattr(cs, "holds", lambda scen, ex: [
-        {"holds": s.workload.rate_scale <= cap[index(s)], "offered_rps": s.workload.rate_scale * 10} for s in scen])
+        {"holds": s.workload.rate_scale <= cap[index(s)], "offered_rps": s.workload.rate_scale * 10,
+         "summary": prober(index(s))([s.workload.rate_scale])[0]} for s in scen])
     res = cs.optimize_checked(sc, {"A": 96}, [8], InlineExecutor(), iterations=7, requests=300)
+    # a check that held is its search's first probe: nothing simulated twice, and the count is honest
+    assert max(seen.values()) == 1 and res["search"]["simulations"] == sum(seen.values())
     rows = res["candidates"]
     assert len(rows) == n and all(r["full"] or r["check"]["holds"] is False for r in rows)
     best = cap[next(i for i, r in enumerate(rows) if r["label"] == res["best"]["label"])]

@@ -91,16 +91,22 @@ def _local_prober(sc: Scenario) -> ProbeMany:
 def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, k: int = 1,
                     min_requests: int = MIN_REQUESTS, near: float | None = None,
-                    stop_if_near_fails: bool = False) -> tuple[dict, dict[float, dict]]:
+                    stop_if_near_fails: bool = False,
+                    known: dict[float, dict] | None = None) -> tuple[dict, dict[float, dict]]:
     """The search; returns (result, every probe's summary by rate scale). `near`: a warm start
-    (an absolute rate scale expected near the answer; bisection only, k = 1)."""
+    (an absolute rate scale expected near the answer; bisection only, k = 1). `known`: summaries
+    already simulated at absolute rate scales (e.g. a split search's check of this scenario): a
+    probe there reuses it instead of simulating it again."""
     probe_many = probe_many or _local_prober(sc)
     base = sc.workload.rate_scale
     probes: list[dict] = []
     summaries: dict[float, dict] = {}
+    reuse = {round(k, 9): v for k, v in (known or {}).items()}
 
     def run(scales: list[float]) -> list[bool]:
-        res = probe_many([base * s for s in scales])
+        todo = [base * s for s in scales if round(base * s, 9) not in reuse]
+        got = iter(probe_many(todo) if todo else [])
+        res = [reuse[round(base * s, 9)] if round(base * s, 9) in reuse else next(got) for s in scales]
         for scale, s in zip(scales, res):
             row = probe_row(base * scale, s)
             probes.append(row)
@@ -240,11 +246,11 @@ def _result(sc: Scenario, probes: list[dict], summaries: dict[float, dict], lo: 
 def search_capacity(sc: Scenario, iterations: int = 7, on_step: Callable[[dict], None] | None = None,
                     probe_many: ProbeMany | None = None, probes_per_round: int = 1,
                     min_requests: int = MIN_REQUESTS, near: float | None = None,
-                    stop_if_near_fails: bool = False) -> dict:
+                    stop_if_near_fails: bool = False, known: dict[float, dict] | None = None) -> dict:
     """Bisection in this process by default; `probe_many` probes k = probes_per_round rates at a
     time elsewhere (pddbench.sweep.capacity_run puts them on an executor); `near`: a warm start."""
     return capacity_search(sc, iterations, on_step, probe_many, probes_per_round, min_requests, near,
-                           stop_if_near_fails)[0]
+                           stop_if_near_fails, known)[0]
 
 
 def check_capacity_workload(sc: Scenario, where: str) -> None:

@@ -37,14 +37,15 @@ def top_rate(cap: dict) -> float | None:
 
 
 def holds(scenarios: list[Scenario], executor: Executor) -> list[dict]:
-    """One steady-state simulation of each scenario (at its own rate scale): {holds, offered_rps}."""
+    """One steady-state simulation of each scenario (at its own rate scale): {holds, offered_rps,
+    summary} (the summary: for a capacity search of the scenario that then needs that probe)."""
     cache: dict = {}
     payloads = []
     for sc in scenarios:
         data, blobs = ship_scenario(sc, cache)
         payloads.append(make_payload({"kind": "simulate", "scenario": data}, blobs))
     out = results_in_order(executor, payloads, "summary", lambda _i: "a candidate's check")
-    return [{"holds": s["steady"]["holds"], "offered_rps": s["offered_rps"]} for s in out]
+    return [{"holds": s["steady"]["holds"], "offered_rps": s["offered_rps"], "summary": s} for s in out]
 
 
 def optimize_checked(sc: Scenario, budget: dict[str, int], sizes: list[int], executor: Executor,
@@ -64,16 +65,18 @@ def optimize_checked(sc: Scenario, budget: dict[str, int], sizes: list[int], exe
     below: dict[int, float] = {}  # candidate -> the rate scale at which it failed a check
     probes = checks = 0
 
-    def search(batch: list[int], near: float | None) -> None:
+    def search(batch: list[int], near: float | None, checked: dict[int, dict] | None = None) -> None:
+        """Full searches; `checked`: a candidate's check summary at `near`, its search's first probe."""
         nonlocal probes
         if not batch:
             return
         say(f"{len(batch)} capacity searches")
-        for i, cap in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations,
-                                         [near] * len(batch))):
+        known = [{near: checked[i]} if checked and i in checked else None for i in batch]
+        for i, cap, k in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations,
+                                            [near] * len(batch), known=known), known):
             caps[i] = cap
             rows[i]["full"], rows[i]["status"] = _brief(cap), "searched"
-            probes += len(cap.get("probes", ()))
+            probes += len(cap.get("probes", ())) - (1 if k else 0)  # a reused check is no new simulation
 
     def best() -> int:
         return max(caps, key=lambda i: (caps[i]["throughput_within_sla_rps"], -rank.index(i)))
@@ -105,9 +108,11 @@ def optimize_checked(sc: Scenario, budget: dict[str, int], sizes: list[int], exe
                 below[i] = top
                 rows[i]["status"] = (f"not better: failed at {v['offered_rps']:.4g} req/s, where the best's search "
                                      "first failed")
-        # of those that held (each at least as good as the best), the bound's top FIRST are searched;
-        # the others are checked again at the new best's rate, where most then fail
-        search([i for i, v in zip(todo, verdicts) if v["holds"]][:FIRST], caps[b]["rate_scale"])
+        # of those that held (each at least as good as the best), the bound's top FIRST are searched
+        # from the rate they held at (their check its first probe); the others are checked again at
+        # the new best's rate, where most then fail
+        held = {i: v["summary"] for i, v in zip(todo, verdicts) if v["holds"]}
+        search(list(held)[:FIRST], top, held)
     b = best()
     searched = sorted(caps)
     result = _result(sc, budget, sizes, iterations, rows, b, {

@@ -297,10 +297,12 @@ def with_split(sc: Scenario, split: dict, max_requests: int | None = None) -> Sc
 
 
 def measure(scenarios: list[Scenario], executor: Executor, iterations: int,
-            near: list[float | None] | None = None, stop_if_near_fails: bool = False) -> list[dict]:
+            near: list[float | None] | None = None, stop_if_near_fails: bool = False,
+            known: list[dict[float, dict]] | None = None) -> list[dict]:
     """Each scenario's capacity result, as `capacity` tasks (the sweep's capacity measure);
     `near`: per scenario, a warm start's rate scale or None (pddbench/measure/capacity.py), and
-    with `stop_if_near_fails` a check there that ends the search where it fails."""
+    with `stop_if_near_fails` a check there that ends the search where it fails; `known`: per
+    scenario, summaries already simulated by rate scale, which its search reuses."""
     cache: dict = {}
     payloads = []
     for i, sc in enumerate(scenarios):
@@ -310,6 +312,8 @@ def measure(scenarios: list[Scenario], executor: Executor, iterations: int,
             task["near"] = near[i]
             if stop_if_near_fails:
                 task["stop_if_near_fails"] = True
+        if known and known[i]:
+            task["known"] = [[k, v] for k, v in known[i].items()]
         payloads.append(make_payload(task, blobs))
     return results_in_order(executor, payloads, "capacity", lambda _i: "capacity of a candidate")
 

@@ -67,7 +67,8 @@ def _capacity(task: dict, files: dict) -> dict:
         return out
     assert reqs is not None
     result, summaries = capacity_search(sc, task.get("iterations", 7), probe_many=probe_many, near=task.get("near"),
-                                       stop_if_near_fails=bool(task.get("stop_if_near_fails")))
+                                       stop_if_near_fails=bool(task.get("stop_if_near_fails")),
+                                       known={float(k): v for k, v in task.get("known", [])})
     return {"capacity": result, "summary": summaries.get(result["rate_scale"]) if result["rate_scale"] else None}
 
 
