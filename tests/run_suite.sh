@@ -10,7 +10,7 @@ log="$(mktemp -t pddbench-tests-XXXXXX.log)"
 rest=$!
 trap 'kill -INT "$rest" 2>/dev/null; wait "$rest" 2>/dev/null; rm -f "$log"' INT TERM
 echo "the tests that need no engine run beside these; their report follows"
-"$python" -m pytest -q -m machine_wide "$@"
+"$python" -m pytest -q -m machine_wide --durations=12 "$@"  # the slowest: where the suite's time goes
 machine=$?
 wait "$rest"
 other=$?
