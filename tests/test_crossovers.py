@@ -153,17 +153,19 @@ def test_the_checked_climb_ends_where_a_climb_over_full_searches_ends(shape):
         assert cl.searches < 1 + 2 * (abs(index - start) + 1)  # never every neighbour searched in full
 
 
-def test_the_climb_simulates_no_split_twice_at_one_rate():
+@pytest.mark.parametrize("shape", ["rising", "peak", "two-peaks"])
+def test_the_climb_simulates_no_split_twice_at_one_rate(shape):
     """A neighbour's check is the first probe of its capacity search (never simulated again when
-    it holds), so across a whole climb no (split, rate) pair is simulated twice; the effort's
-    count of simulations is the number of simulations the prober saw."""
+    it holds; one simulation when it fails), so across a whole climb no (split, rate) pair is
+    simulated twice; the effort's count of simulations is the number of simulations the prober saw."""
     from collections import Counter
 
     from pddbench.measure.capacity import search_capacity
     from tests.test_sweep import _threshold_prober
 
     n = len(_fake_climber([1.0]).candidates("same-dc-pd"))
-    caps = [1 + i for i in range(n)]  # rising: the climb walks every split from the first
+    caps = {"rising": [1 + i for i in range(n)], "peak": [n - abs(i - n // 2) for i in range(n)],
+            "two-peaks": [6 if i == n - 2 else max(1, 4 - abs(i - 1)) for i in range(n)]}[shape]
     seen: Counter = Counter()
     cl = _fake_climber(caps)
 
@@ -180,8 +182,9 @@ def test_the_climb_simulates_no_split_twice_at_one_rate():
 
     cl._capacities = capacities
     (index, _), = cl.best({("same-dc-pd", ()): 0}).values()
-    assert index == n - 1
+    assert all(caps[j] <= caps[index] for j in (index - 1, index + 1) if 0 <= j < n)  # a local best
     assert seen and max(seen.values()) == 1
+    assert bool(cl.below) == (shape != "rising")  # the failed checks: one simulation each, counted
     assert cl.effort()["simulations"] == sum(seen.values())
 
 

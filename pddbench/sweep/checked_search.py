@@ -5,8 +5,8 @@ failed (the top of its answer's bracket, rate r), a split that also fails at r h
 r, so it cannot beat the best by more than the search's resolution: one simulation at r settles
 it. The search: full capacity searches of the two candidates the analytic bound ranks highest
 (split_bounds.py), then every other candidate checked at the best's r; of those that hold there,
-the bound's top two are searched in full (warm-started from the best's answer) and may become the
-best, and the rest are checked again at the new r. It ends when no candidate holds where the best
+the bound's top two are searched in full (from r, their check the search's first probe, never
+simulated again) and may become the best, and the rest are checked again at the new r. It ends when no candidate holds where the best
 first failed.
 
 Nothing is pruned by assumption (no bound, no unimodality): every candidate is simulated at the
@@ -72,11 +72,11 @@ def optimize_checked(sc: Scenario, budget: dict[str, int], sizes: list[int], exe
             return
         say(f"{len(batch)} capacity searches")
         known = [{near: checked[i]} if checked and i in checked else None for i in batch]
-        for i, cap, k in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations,
-                                            [near] * len(batch), known=known), known):
+        for i, cap in zip(batch, measure([with_split(sc, splits[i]) for i in batch], executor, iterations,
+                                         [near] * len(batch), known=known)):
             caps[i] = cap
             rows[i]["full"], rows[i]["status"] = _brief(cap), "searched"
-            probes += len(cap.get("probes", ())) - (1 if k else 0)  # a reused check is no new simulation
+            probes += len(cap.get("probes", ())) - cap.get("reused_probes", 0)  # a reused check is no new simulation
 
     def best() -> int:
         return max(caps, key=lambda i: (caps[i]["throughput_within_sla_rps"], -rank.index(i)))
