@@ -234,9 +234,10 @@ def crossovers_cmd(
     load; chip B's price is solved exactly. Writes crossovers.json (each `{claim, axis, value,
     range, direction, fixed}`, value null where the sign does not change), crossovers.png and
     crossovers.md. Every axis's bisections run side by side, each capacity search warm-started from
-    the nearest probes and each neighbouring split checked with one simulation (README: "How the
-    search reuses what it measured"): --axes all --steps 3 -j 2 took ~5 min on a 2-core host;
-    crossovers.json's settings count the searches and simulations done against the estimate."""
+    the nearest probes and each neighbouring split checked with one simulation that is the first
+    probe of its search (README: "How the search reuses what it measured"): every axis at --steps 3
+    -j 2 took ~4 min on a 2-core host (make run's crossovers: 1,113 simulations); crossovers.json's
+    settings count the searches and simulations done against the estimate."""
     from pddbench.reproduce.crossover_search import run_crossovers
 
     result, folder = run_crossovers(axes, steps, requests, iterations, jobs or None, "" if ray else None, out, results,
