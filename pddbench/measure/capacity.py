@@ -12,8 +12,8 @@ in a crossover search) probes near first, then steps away from it (up where it h
 failed) by about near x WARM_STEP, doubling the step until the verdict flips, then bisects only
 until the bracket is as narrow as the cold search's would be for that answer (2**e x
 2**-iterations for an answer in [2**e, 2**(e+1)) times the scenario's rate). The step is that
-final width times a power of two, so the bisection halves it down to that width: the same resolution in
-about 5-6 probes instead of about 10 where near is within a few per cent. `stop_if_near_fails`
+final width times a power of two, so the bisection halves it down to that width: the same
+resolution in about 5-6 probes instead of about 10 where near is within a few per cent. `stop_if_near_fails`
 makes the first probe a check: a search that only matters if the scenario holds at near (a
 neighbouring split that must beat the best's rate) ends after that one simulation when it fails
 there (result["stopped_at_near"]), so the check is never simulated twice.
@@ -101,17 +101,18 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
     base = sc.workload.rate_scale
     probes: list[dict] = []
     summaries: dict[float, dict] = {}
-    reused: list[float] = []  # the known rates a probe took instead of simulating
+    reused = 0  # probes that took a known summary instead of a simulation
 
     def known_at(rate: float) -> dict | None:
         # the same rate up to float rounding (a rate scale handed over vs base x (rate / base))
         return next((v for r, v in (known or {}).items() if math.isclose(r, rate, rel_tol=1e-9)), None)
 
     def run(scales: list[float]) -> list[bool]:
+        nonlocal reused
         have = [known_at(base * s) for s in scales]
         got = iter(probe_many([base * s for s, h in zip(scales, have) if h is None]) if None in have else [])
         res = [h if h is not None else next(got) for h in have]
-        reused.extend(base * s for s, h in zip(scales, have) if h is not None)
+        reused += sum(h is not None for h in have)
         for scale, s in zip(scales, res):
             row = probe_row(base * scale, s)
             probes.append(row)
@@ -130,17 +131,20 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
             lo = s
         return lo, hi
 
+    def done(lo: float | None, hi: float | None, **extra) -> tuple[dict, dict[float, dict]]:
+        # the reuse count only where summaries were handed in (capacity.json unchanged otherwise)
+        counted = {"reused_probes": reused} if known else {}
+        return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), **extra, **counted}, summaries
+
     if near is not None and near > 0 and k == 1:
         lo, hi = _warm_bracket(near / base, iterations, run, stop_if_near_fails)
         if stop_if_near_fails and lo is None:
-            return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), "warm_start_rate_scale": near,
-                    "stopped_at_near": True, **_reuse_count(known, reused)}, summaries
+            return done(lo, hi, warm_start_rate_scale=near, stopped_at_near=True)
         if lo is not None and hi is not None:
             while hi - lo > _final_width(lo, iterations) + 1e-12:
                 mid = (lo + hi) / 2
                 lo, hi = split([mid], run([mid]), lo, hi)
-        return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), "warm_start_rate_scale": near,
-                **_reuse_count(known, reused)}, summaries
+        return done(lo, hi, warm_start_rate_scale=near)
     lo: float | None = None
     hi: float | None = None
     first = [2.0 ** e for e in range(0, min(k, LADDER_LIMIT + 1))]  # 1, 2, 4, ... (k of them)
@@ -166,12 +170,7 @@ def capacity_search(sc: Scenario, iterations: int = 7, on_step: Callable[[dict],
         for _ in range(section_rounds(iterations, k)):
             mids = [(lo * (k + 1 - j) + hi * j) / (k + 1) for j in range(1, k + 1)]
             lo, hi = split(mids, run(mids), lo, hi)
-    return {**_result(sc, probes, summaries, lo, hi, base, k, min_requests), **_reuse_count(known, reused)}, summaries
-
-
-def _reuse_count(known: dict | None, reused: list[float]) -> dict:
-    """How many probes took a known summary instead of a simulation (only where some were given)."""
-    return {"reused_probes": len(reused)} if known else {}
+    return done(lo, hi)
 
 
 WARM_STEP = 1 / 16  # a warm start's first step away from near, as a share of near (rounded, below)
@@ -188,7 +187,8 @@ def _warm_bracket(near: float, iterations: int, run: Callable[[list[float]], lis
     failed. Near first, then steps away from it (up from a hold, down from a failure), doubling
     while the verdict stays, within the cold ladder's limits (2**-LADDER_LIMIT .. 2**LADDER_LIMIT).
     The first step is the final width times the power of two nearest near x WARM_STEP, so the
-    bisection halves it down to that width without a partial last step. A None end: no rate in the limits did."""
+    bisection halves it down to that width without a partial last step. A None end: no rate in
+    the limits did."""
     top, bottom = 2.0 ** LADDER_LIMIT, 2.0 ** -LADDER_LIMIT
     near = min(max(near, bottom), top)
     width = _final_width(near, iterations)

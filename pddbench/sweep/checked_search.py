@@ -6,8 +6,8 @@ r, so it cannot beat the best by more than the search's resolution: one simulati
 it. The search: full capacity searches of the two candidates the analytic bound ranks highest
 (split_bounds.py), then every other candidate checked at the best's r; of those that hold there,
 the bound's top two are searched in full (from r, their check the search's first probe, never
-simulated again) and may become the best, and the rest are checked again at the new r. It ends when no candidate holds where the best
-first failed.
+simulated again) and may become the best, and the rest are checked again at the new r. It ends
+when no candidate holds where the best first failed.
 
 Nothing is pruned by assumption (no bound, no unimodality): every candidate is simulated at the
 rate that decides it. On a verdict monotone in the rate the best is the exhaustive search's; a tie
