@@ -301,3 +301,41 @@ def test_the_answer_opens_with_where_pdd_wins_from_the_crossovers_found():
     assert "TPOT SLA (ms) below 46.2" in text and "output median (tokens) above 1,001" in text
     assert "61.6" not in text and "TTFT SLA" not in text
     assert wins_where(items[3:]) is None
+
+
+def test_a_climb_starts_where_the_analytic_bound_moves_its_best():
+    """Climber.shifted moves a start by as many splits as the bound's best moves between the two
+    scenarios: along an axis the bound sees, toward its new best; along one it does not see (the
+    TTFT SLA, the WAN line), not at all; always inside the candidates."""
+    from pddbench.reproduce.crossover_search import Climber
+    from pddbench.reproduce.tasks import Settings
+
+    cl = Climber(None, Settings.make(requests=600, seeds=1), 600, 7)
+    d = "same-dc-pd"
+    shipped, n = (d, ()), len(cl.candidates(d))
+    argmax = lambda job: max(range(n), key=lambda i: (cl._bounds(job)[i], -i))
+    tight = (d, ("sla.tpot_ms=40",))  # a tight TPOT SLA needs more decode, less prefill: the bound's best moves
+    move = argmax(tight) - argmax(shipped)
+    assert move != 0
+    for start in range(n):
+        assert cl.shifted(tight, start, shipped) == min(max(start + move, 0), n - 1)
+        assert cl.shifted(shipped, start, tight) == min(max(start - move, 0), n - 1)
+        assert cl.shifted((d, ("sla.ttft_ms=20000",)), start, shipped) == start
+        assert cl.shifted(("pdd", tuple(cx.AXES["network.wan.rate_gbps"].overrides(1))), min(start, 3), ("pdd", ())) == min(start, 3)
+        assert cl.shifted(tight, start, None) == start
+
+
+def test_a_warm_start_from_another_split_of_a_nearest_probe_moves_as_its_bound_moves():
+    from pddbench.reproduce.crossover_search import Climber
+    from pddbench.reproduce.tasks import Settings
+
+    cl = Climber(None, Settings.make(requests=600, seeds=1), 600, 7)
+    d = "same-dc-pd"
+    shipped, tight = (d, ()), (d, ("sla.tpot_ms=40",))
+    cl.caps[(shipped, 6)] = {"rate_scale": 2.0}
+    ratio = cl._bounds(tight)[6] / cl._bounds(shipped)[6]
+    assert ratio < 0.9  # the tight SLA lowers that split's bound
+    assert cl.hint(tight, 2, (shipped,)) == pytest.approx(2.0 * ratio)  # split 2 unknown there: split 6, scaled
+    assert cl.hint(tight, 6, (shipped,)) == pytest.approx(2.0 * ratio)  # the same split: as before
+    cl.caps[(tight, 5)] = {"rate_scale": 1.5}
+    assert cl.hint(tight, 2, (shipped,)) == 1.5  # the job's own nearest split first, unscaled

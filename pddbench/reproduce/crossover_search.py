@@ -34,6 +34,7 @@ class Climber:
         self._offered: dict[str, float] = {}
         self._canon: dict[Job, Job] = {}
         self._profiles: dict[str, object] = {}  # the analytic bound's workload profile, by workload
+        self._bound_rps: dict[Job, list[float] | None] = {}  # each candidate's analytic bound, by job
         self._by_content: dict[str, Job] = {}
         self.below: dict[tuple[Job, int], float] = {}  # a split that failed a neighbour check at this rate scale
         self.searches = 0  # capacity searches run, probes they simulated, how many were warm-started
@@ -144,10 +145,10 @@ class Climber:
         """A warm start for (job, split index): the same split's answers at the nearest probes,
         each scaled by how the analytic bound moves from there to here (their geometric mean:
         between two probes, an interpolation), else the nearest split's answer on this job, else on
-        a nearest probe; None: a cold search. Between two probes the bound's move is damped by
-        what the two answers show: capacity ~ bound**alpha, alpha fitted to them in [0, 1] (the
-        bound moved the decode-bound PDD 2.3x along the output length where its capacity moved
-        1.35x: a warm start 35 % off, 9 % with alpha)."""
+        a nearest probe (scaled as that split's bound moves); None: a cold search. Between two
+        probes the bound's move is damped by what the two answers show: capacity ~ bound**alpha,
+        alpha fitted to them in [0, 1] (the bound moved the decode-bound PDD 2.3x along the output
+        length where its capacity moved 1.35x: a warm start 35 % off, 9 % with alpha)."""
         near = tuple(self.canon(j) for j in near)
         known = [(self.caps[(j, index)]["rate_scale"], self._bound_ratio(job, j, index)) for j in near
                  if (j, index) in self.caps and self.caps[(j, index)].get("rate_scale")]
@@ -158,28 +159,55 @@ class Climber:
                 alpha = min(1.0, max(0.0, math.log(c2 / c1) / math.log(r1 / r2)))
             return math.exp(sum(math.log(c) + alpha * math.log(r) for c, r in known) / len(known))
         for j in (job, *near):
-            known = [i for (jj, i) in self.caps if jj == j]
+            known = [i for (jj, i) in self.caps if jj == j and self.caps[(jj, i)].get("rate_scale")]
             if known:
-                return self.caps[(j, min(known, key=lambda i: (abs(i - index), i)))].get("rate_scale")
+                k = min(known, key=lambda i: (abs(i - index), i))
+                # a nearest probe's split, moved along the axis as its bound moves
+                return self.caps[(j, k)]["rate_scale"] * (self._bound_ratio(job, j, k) if j != job else 1.0)
         return None
 
-    def _bound_ratio(self, job: Job, near: Job, index: int) -> float:
-        """How split `index`'s analytic capacity bound (pddbench/sweep/split_bounds.py: prefill
-        compute, decode memory and the TPOT bound) changes from `near`'s scenario to `job`'s: a
-        warm start's scale along an axis it sees (1 where it sees none, e.g. the WAN or the TTFT
-        SLA, or where either bound is 0)."""
+    def _bounds(self, job: Job) -> list[float] | None:
+        """Each candidate split's analytic capacity bound at job's scenario (pddbench/sweep/
+        split_bounds.py: prefill compute, decode memory and the TPOT bound), in req/s; None where
+        the scenario cannot be bounded (a calibrated latency model)."""
         from pddbench.sweep import split_bounds as sb
 
-        rps = []
-        for j in (job, near):
-            sc = self.scenario(j)
-            if not sb.can_bound(sc):
-                return 1.0
-            key = sc.workload.model_dump_json()  # the profile depends on the workload alone
-            if key not in self._profiles:
-                self._profiles[key] = sb.profile(sc)
-            rps.append(sb.bound(sc, self.candidates(j[0])[index], self._profiles[key])["bound_rps"])
-        return rps[0] / rps[1] if rps[0] > 0 and rps[1] > 0 else 1.0
+        job = self.canon(job)
+        if job not in self._bound_rps:
+            sc = self.scenario(job)
+            rps = None
+            if sb.can_bound(sc):
+                key = sc.workload.model_dump_json()  # the profile depends on the workload alone
+                if key not in self._profiles:
+                    self._profiles[key] = sb.profile(sc)
+                rps = [sb.bound(sc, c, self._profiles[key])["bound_rps"] for c in self.candidates(job[0])]
+            self._bound_rps[job] = rps
+        return self._bound_rps[job]
+
+    def _bound_ratio(self, job: Job, near: Job, index: int) -> float:
+        """How split `index`'s analytic capacity bound changes from `near`'s scenario to `job`'s: a
+        warm start's scale along an axis it sees (1 where it sees none, e.g. the WAN or the TTFT
+        SLA, or where either bound is 0)."""
+        here, there = self._bounds(job), self._bounds(near)
+        if here is None or there is None:
+            return 1.0
+        return here[index] / there[index] if here[index] > 0 and there[index] > 0 else 1.0
+
+    def shifted(self, job: Job, index: int, origin: Job | None) -> int:
+        """Where job's climb starts: `index` (origin's best split) moved by as many splits as the
+        analytic bound's best split moves from origin's scenario to job's. The bound's best sits
+        about one split off the simulated best (it leaves out queueing and the P90), but it moves
+        with the axis much as the simulated best does (same-DC PD's best at TPOT 40 ms: 4 splits
+        below the shipped value's, the bound's 4 below too), so a climb starts near its end
+        instead of walking there a capacity search per split. `index` where either cannot be
+        bounded."""
+        if origin is None:
+            return index
+        here, there = self._bounds(job), self._bounds(origin)
+        if here is None or there is None or max(here) <= 0 or max(there) <= 0:
+            return index
+        move = here.index(max(here)) - there.index(max(there))
+        return min(max(index + move, 0), len(here) - 1)
 
     def prefill(self, optimized: dict) -> None:
         """Keep the capacities `optimize` measured on the shipped values (its result for one
@@ -243,8 +271,8 @@ class AxisSearch:
         return (d, tuple(held + ([] if v is None else self._sets(d, self.axis, v))))
 
     def prepare(self) -> tuple[dict[Job, int], dict[Job, tuple[Job, ...]]]:
-        """The climbs of the pending values: each from the nearest earlier probe's best, warm
-        from its capacities."""
+        """The climbs of the pending values: each from the nearest earlier probe's best (moved as
+        the analytic bound's best moves: Climber.shifted), warm from its capacities."""
         log = self.axis.log
         distance = lambda u, v: abs(math.log(u / v)) if log and u > 0 < v else abs(u - v)
         starts, near = {}, {}
@@ -254,7 +282,9 @@ class AxisSearch:
             sides = [max((w for w in self.found if w < v), default=None), min((w for w in self.found if w > v), default=None)]
             sides = [w for w in sides if w is not None] or [u]
             for d in cx.DEPLOYMENTS:
-                starts[self.job_at(d, v)] = (self.found[u] if u is not None else self.start)[d]
+                index = (self.found[u] if u is not None else self.start)[d]
+                starts[self.job_at(d, v)] = self.cl.shifted(self.job_at(d, v), index,
+                                                            None if u is None else self.job_at(d, u))
                 near[self.job_at(d, v)] = tuple(self.job_at(d, w) for w in sides)
         return starts, near
 
@@ -413,7 +443,8 @@ class _ModelAxis:
         self.models = cx.axis_models()
         say(f"model axis: best splits of {len(self.models)} models at the shipped values")
         jobs = {m: {d: (d, tuple(self.choice.overrides(m))) for d in cx.DEPLOYMENTS} for m in self.models}
-        res = cl.best({jobs[m][d]: start[d] for m in self.models for d in cx.DEPLOYMENTS},
+        res = cl.best({jobs[m][d]: cl.shifted(jobs[m][d], start[d], (d, ()))
+                       for m in self.models for d in cx.DEPLOYMENTS},
                       {jobs[m][d]: ((d, ()),) for m in self.models for d in cx.DEPLOYMENTS})
         self.best = {m: {d: res[jobs[m][d]] for d in cx.DEPLOYMENTS} for m in self.models}
         self.thr, self.ttft, self.rate, self.ttft_rate = {}, {}, {}, {}
