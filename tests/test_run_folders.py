@@ -299,3 +299,25 @@ def test_a_wrapped_ctrl_c_in_a_run_folder_is_handled_as_ctrl_c(tmp_path, kept, w
                 folder.interrupted("5 requests")
             raise _ctrl_c_while_a_class_is_made() if wrapper == "class" else _serializer_raising(KeyboardInterrupt)
     assert out.exists() == kept and not (out / ".claim").exists()
+
+
+def test_a_task_that_a_wrapped_ctrl_c_stops_raises_and_a_failing_one_is_recorded(monkeypatch):
+    """In-process (-j 1) a task runs in this process: a Ctrl-C that pydantic wrapped must stop the
+    run like Ctrl-C, not become a point "failed" and then an internal error."""
+    import json
+
+    from pddbench.core.errors import is_interrupt
+    from pddbench.sweep import tasks
+
+    def raising(exc_type):
+        def kind(task, files):
+            raise _serializer_raising(exc_type)
+        return kind
+
+    monkeypatch.setitem(tasks.KINDS, "wrapped", raising(KeyboardInterrupt))
+    monkeypatch.setitem(tasks.KINDS, "buggy", raising(ValueError))
+    with pytest.raises(Exception) as info:
+        tasks.execute(json.dumps({"kind": "wrapped", "files": []}))
+    assert is_interrupt(info.value)
+    out = json.loads(tasks.execute(json.dumps({"kind": "buggy", "files": []})))
+    assert out["status"] == "failed" and "PydanticSerializationError" in out["error"]

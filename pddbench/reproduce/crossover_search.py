@@ -149,7 +149,7 @@ class Climber:
         probes the bound's move is damped by what the two answers show: capacity ~ bound**alpha,
         alpha fitted to them in [0, 1] (the bound moved the decode-bound PDD 2.3x along the output
         length where its capacity moved 1.35x: a warm start 35 % off, 9 % with alpha)."""
-        near = tuple(self.canon(j) for j in near)
+        job, near = self.canon(job), tuple(self.canon(j) for j in near)
         known = [(self.caps[(j, index)]["rate_scale"], self._bound_ratio(job, j, index)) for j in near
                  if (j, index) in self.caps and self.caps[(j, index)].get("rate_scale")]
         if known:
@@ -199,8 +199,9 @@ class Climber:
         about one split off the simulated best (it leaves out queueing and the P90), but it moves
         with the axis much as the simulated best does (same-DC PD's best at TPOT 40 ms: 4 splits
         below the shipped value's, the bound's 4 below too), so a climb starts near its end
-        instead of walking there a capacity search per split. `index` where either cannot be
-        bounded."""
+        instead of walking there a capacity search per split. Clamped to the candidates;
+        `index` itself where there is no origin or either scenario cannot be bounded (a calibrated
+        latency model, or no split whose weights fit)."""
         if origin is None:
             return index
         here, there = self._bounds(job), self._bounds(origin)

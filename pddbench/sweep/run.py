@@ -108,6 +108,8 @@ def _run_live_point(p: Point, folder: Path) -> dict:
         summary = json.loads((run_dir / "summary.json").read_text())
         res = {"status": "ok", "summary": summary}
     except Exception as exc:  # noqa: BLE001 - recorded with the point, the sweep goes on
+        if is_interrupt(exc):  # a Ctrl-C a library wrapped: the sweep stops as on Ctrl-C
+            raise
         res = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
     res["wall_s"] = round(time.perf_counter() - started, 4)
     return res

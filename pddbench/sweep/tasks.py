@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from pddbench.core.errors import is_interrupt
 from pddbench.sweep.payload import receive_scenario
 
 _requests_cache: OrderedDict[str, list] = OrderedDict()  # the most recently used last
@@ -114,6 +115,8 @@ def execute(task_json: str, *blobs: bytes) -> str:
         task = json.loads(task_json)
         out = {"status": "ok", **KINDS[task["kind"]](task, dict(zip(task["files"], blobs)))}
     except Exception as exc:  # noqa: BLE001 - recorded with the point; KeyboardInterrupt still stops
+        if is_interrupt(exc):  # a Ctrl-C a library wrapped (in-process, -j 1): it stops too
+            raise
         out = {"status": "failed", "error": f"{type(exc).__name__}: {exc}".strip()}
     out["wall_s"] = round(time.perf_counter() - started, 4)  # reported in timings.json, never in the table
     return json.dumps(out, default=_plain, sort_keys=True)
