@@ -212,6 +212,11 @@ def test_crossovers_command_on_the_simulator(tmp_path):
             above = [a for v, a in pts if v > it["value"]]
             assert below and above and (below[-1] > 0) != (above[0] > 0), it
     assert len(data["words"]) == len(data["crossovers"])
+    # every simulation is counted to the axis (or stage) that asked for it: the price and the load
+    # simulate no capacity search, the shipped values' climbs and the TPOT SLA's do
+    by_axis = data["settings"]["simulations_by_axis"]
+    assert sum(by_axis.values()) == data["settings"]["simulations"]
+    assert set(by_axis) == {"shipped values", "sla.tpot_ms"} and min(by_axis.values()) > 0
 
 
 def test_ctrl_c_keeps_the_axes_already_searched(tmp_path):
@@ -257,6 +262,9 @@ def test_frontier_on_the_simulator(tmp_path):
         signs = {p["advantage_pct"] > 0 for p in row["probes"] if p["advantage_pct"] is not None}
         assert (row["value"] is None) == (len(signs) <= 1)
     assert (out / "frontier.png").stat().st_size > 0 and "Frontier" in data["words"][-1]
+    by_axis = data["settings"]["simulations_by_axis"]
+    assert sum(by_axis.values()) == data["settings"]["simulations"] and by_axis["frontier"] > 0
+    assert set(by_axis) <= {"shipped values", "frontier"}
     bad = run_cli("crossovers", "--frontier", "sla.tpot_ms,sla.tpot_ms", "--out", tmp_path / "bad")
     assert bad.returncode == 2 and "--frontier" in bad.stderr and not (tmp_path / "bad").exists()
 

@@ -41,12 +41,28 @@ class Climber:
         self.probes = 0
         self.warm = 0
         self.checks = 0  # neighbour checks (one simulation each)
+        self._owner: dict[Job, str] = {}  # which axis (or stage) first asked for a job's climb
+        self._by_owner: dict[str, int] = {}  # simulations per owner
 
     def scenario(self, job: Job):
         if job not in self._scenarios:
             dep, extra = job
             self._scenarios[job] = _variant(dep, 0, self.cfg, [f"workload.synth.requests={self.requests}", *extra])
         return self._scenarios[job]
+
+    def claim(self, jobs, owner: str) -> None:
+        """Attribute the simulations of these jobs' climbs to `owner` (an axis name, "model", ...):
+        a job two axes share (the same scenario) stays with the first that asked."""
+        for job in jobs:
+            self._owner.setdefault(self.canon(job), owner)
+
+    def _count(self, job: Job, simulations: int) -> None:
+        owner = self._owner.get(job, "other")
+        self._by_owner[owner] = self._by_owner.get(owner, 0) + simulations
+
+    def simulations_by_axis(self) -> dict[str, int]:
+        """Simulations so far per owner (sums to effort()'s simulations)."""
+        return dict(sorted(self._by_owner.items()))
 
     def effort(self) -> dict[str, int]:
         """What the climber has simulated so far (crossovers.json's settings)."""
@@ -99,6 +115,7 @@ class Climber:
         hints = [self.hint(j, i, near.get(j, ())) for j, i in batch]
         for key, cap in zip(batch, self._capacities(self._split_scenarios(batch), hints)):
             self.caps[key] = cap
+            self._count(key[0], len(cap.get("probes", ())))
         self.searches += len(batch)
         self.probes += sum(len(self.caps[key].get("probes", ())) for key in batch)
         self.warm += sum(h is not None for h in hints)
@@ -118,6 +135,7 @@ class Climber:
         tops = [self._top(j, at[j]) for j, _ in rated]
         for key, top, cap in zip(rated, tops, self._capacities(self._split_scenarios(rated), tops, True)):
             self.checks += 1
+            self._count(key[0], max(1, len(cap.get("probes", ()))))  # the check, and the search on from it
             if cap.get("stopped_at_near"):
                 self.below[key] = top
                 continue
@@ -316,15 +334,18 @@ class AxisSearch:
         return None if ch is None else -ch  # positive: PDD faster, the article's way
 
 
-def side_by_side(cl: Climber, searches: list[AxisSearch], on_done: Callable[[AxisSearch], None] | None = None) -> None:
+def side_by_side(cl: Climber, searches: list[AxisSearch], on_done: Callable[[AxisSearch], None] | None = None,
+                 owner: str | None = None) -> None:
     """Run the searches together: each round climbs every unfinished search's next probes in one
     batch (both workers of -j 2 busy; probes shared by two searches climbed once), then each takes
-    its step. The rounds do not depend on timing or -j, so neither do the results."""
+    its step. The rounds do not depend on timing or -j, so neither do the results. Their
+    simulations are counted to `owner`, else to each search's axis (Climber.claim)."""
     while any(s.result is None for s in searches):
         active = [s for s in searches if s.result is None]
         starts, near = {}, {}
         for s in active:
             st, nr = s.prepare()
+            cl.claim(st, owner or s.owner)
             for job in st:
                 starts.setdefault(job, st[job])
                 near.setdefault(job, nr[job])
@@ -351,6 +372,7 @@ def search_all(ex: Executor, cfg: Settings, axes: list[str], steps: int, request
     for d, opt in (optimized or {}).items():
         start[d] = index[d].get(opt["best"]["label"], start[d])
     say("best splits at the shipped values")
+    cl.claim([(d, ()) for d in cx.DEPLOYMENTS], "shipped values")
     shipped = cl.best({(d, ()): start[d] for d in cx.DEPLOYMENTS})
     best_at = {d: shipped[(d, ())] for d in cx.DEPLOYMENTS}
     start = {d: best_at[d][0] for d in cx.DEPLOYMENTS}
@@ -429,7 +451,8 @@ def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: 
                             "throughput_within_sla_rps": caps[d]["throughput_within_sla_rps"],
                             "bcr": caps[d]["bcr"], "bound_by": caps[d]["bound_by"]} for d in cx.DEPLOYMENTS},
             "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
-                         "chips_per_instance": cx.SIZE, **cl.effort()}}
+                         "chips_per_instance": cx.SIZE, **cl.effort(),
+                         "simulations_by_axis": cl.simulations_by_axis()}}
 
 
 class _ModelAxis:
@@ -444,6 +467,7 @@ class _ModelAxis:
         self.models = cx.axis_models()
         say(f"model axis: best splits of {len(self.models)} models at the shipped values")
         jobs = {m: {d: (d, tuple(self.choice.overrides(m))) for d in cx.DEPLOYMENTS} for m in self.models}
+        cl.claim([jobs[m][d] for m in self.models for d in cx.DEPLOYMENTS], cx.MODEL_AXIS)
         res = cl.best({jobs[m][d]: cl.shifted(jobs[m][d], start[d], (d, ()))
                        for m in self.models for d in cx.DEPLOYMENTS},
                       {jobs[m][d]: ((d, ()),) for m in self.models for d in cx.DEPLOYMENTS})
@@ -564,7 +588,8 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
                 keep(result)
                 result["frontier"] = frontier(ex, cfg, *front_axes, cx.frontier_values(front_axes[1], frontier_points),
                                               steps, requests, iterations, say, climber=cl)
-        result["settings"].update(cl.effort(), estimated_capacity_searches=n,
+        result["settings"].update(cl.effort(), simulations_by_axis=cl.simulations_by_axis(),
+                                  estimated_capacity_searches=n,
                                   estimated_simulations=n * (warm_probes(iterations) + cx.CHECKS_PER_SEARCH))
         result.update(complete=True, interrupted=False)
         result["words"] = cx.words(result["crossovers"])
@@ -602,7 +627,7 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
             res["frontier"] = frontier(ex, cfg, *top, cx.frontier_values(top[1], FRONTIER_POINTS), REPRODUCE_STEPS,
                                        cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized, climber=cl)
             res["words"].append(cx.frontier_words(res["frontier"]))
-        res["settings"].update(cl.effort())
+        res["settings"].update(cl.effort(), simulations_by_axis=cl.simulations_by_axis())
     res["not_searched"] = []  # the answer's wording still takes a list (a `crossovers --axes` subset)
     return res
 
@@ -623,7 +648,7 @@ def frontier(ex: Executor, cfg: Settings, x: str, y: str, y_values: list[float],
     ax, ay = cx.AXES[x], cx.AXES[y]
     say(f"frontier: throughput along {x} at {y} = {', '.join(f'{v:g}' for v in y_values)}, side by side")
     searches = [AxisSearch(cl, ax, "throughput_change_best", steps, start, {}, say, (ay, v)) for v in y_values]
-    side_by_side(cl, searches)
+    side_by_side(cl, searches, owner="frontier")
     rows = []
     for v, srch in zip(y_values, searches):
         res = srch.result
