@@ -6,6 +6,7 @@ no engine, actor or Ray process is left."""
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -65,10 +66,11 @@ def cluster():
     if _ray_processes():
         pytest.skip("another Ray runtime runs on this machine")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    # token auth on every node alike: once ~/.ray/auth_token exists (any earlier `ray start` made
-    # it), a head enables it and a worker without RAY_AUTH_MODE=token cannot join
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_USAGE_STATS_ENABLED": "0",
-                                                                         "RAY_AUTH_MODE": "token"}
+    # token auth on every node alike, with the cluster's own token: once ~/.ray/auth_token exists
+    # (any earlier `ray start` made it) a head enables it and a worker without RAY_AUTH_MODE=token
+    # cannot join, and on a fresh machine (no such file) `ray start` in token mode refuses to start
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     gcs = free_port()
     up = run_cli("netem", "up", "live-narrow-wan", timeout=120)
     assert up.returncode == 0, up.stderr[-2000:]
