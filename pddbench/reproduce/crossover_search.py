@@ -60,9 +60,10 @@ class Climber:
         owner = self._owner.get(job, "other")
         self._by_owner[owner] = self._by_owner.get(owner, 0) + simulations
 
-    def simulations_by_axis(self) -> dict[str, int]:
-        """Simulations so far per owner (sums to effort()'s simulations)."""
-        return dict(sorted(self._by_owner.items()))
+    def counted(self) -> dict:
+        """effort() and the simulations per owner (sums to its simulations): crossovers.json's
+        settings."""
+        return {**self.effort(), "simulations_by_axis": dict(sorted(self._by_owner.items()))}
 
     def effort(self) -> dict[str, int]:
         """What the climber has simulated so far (crossovers.json's settings)."""
@@ -115,9 +116,9 @@ class Climber:
         hints = [self.hint(j, i, near.get(j, ())) for j, i in batch]
         for key, cap in zip(batch, self._capacities(self._split_scenarios(batch), hints)):
             self.caps[key] = cap
+            self.probes += len(cap.get("probes", ()))
             self._count(key[0], len(cap.get("probes", ())))
         self.searches += len(batch)
-        self.probes += sum(len(self.caps[key].get("probes", ())) for key in batch)
         self.warm += sum(h is not None for h in hints)
 
     def _check_and_search(self, checks: list[tuple[Job, int]], at: dict[Job, int],
@@ -451,8 +452,7 @@ def _result(cl: Climber, items: list[dict], spreads: dict[str, float], best_at: 
                             "throughput_within_sla_rps": caps[d]["throughput_within_sla_rps"],
                             "bcr": caps[d]["bcr"], "bound_by": caps[d]["bound_by"]} for d in cx.DEPLOYMENTS},
             "settings": {"requests": requests, "iterations": iterations, "steps": steps, "seed": 0,
-                         "chips_per_instance": cx.SIZE, **cl.effort(),
-                         "simulations_by_axis": cl.simulations_by_axis()}}
+                         "chips_per_instance": cx.SIZE, **cl.counted()}}
 
 
 class _ModelAxis:
@@ -588,8 +588,7 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
                 keep(result)
                 result["frontier"] = frontier(ex, cfg, *front_axes, cx.frontier_values(front_axes[1], frontier_points),
                                               steps, requests, iterations, say, climber=cl)
-        result["settings"].update(cl.effort(), simulations_by_axis=cl.simulations_by_axis(),
-                                  estimated_capacity_searches=n,
+        result["settings"].update(cl.counted(), estimated_capacity_searches=n,
                                   estimated_simulations=n * (warm_probes(iterations) + cx.CHECKS_PER_SEARCH))
         result.update(complete=True, interrupted=False)
         result["words"] = cx.words(result["crossovers"])
@@ -627,7 +626,7 @@ def for_reproduce(cfg: Settings, optimized: dict[str, dict], on_stage: Callable[
             res["frontier"] = frontier(ex, cfg, *top, cx.frontier_values(top[1], FRONTIER_POINTS), REPRODUCE_STEPS,
                                        cfg.capacity_requests, cfg.capacity_iterations, on_stage, optimized, climber=cl)
             res["words"].append(cx.frontier_words(res["frontier"]))
-        res["settings"].update(cl.effort(), simulations_by_axis=cl.simulations_by_axis())
+        res["settings"].update(cl.counted())
     res["not_searched"] = []  # the answer's wording still takes a list (a `crossovers --axes` subset)
     return res
 
