@@ -195,9 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     engine_overrides = {**overrides, "bos_token_id": 1, "eos_token_id": 2} if overrides else {}  # ids in the small vocab
     top = max(grid["prefill"]) + 2 * max(grid["contexts"]) + grid["steps"] + 64
     # the step budget holds the longest prompt in one step; wider would only grow vLLM's start-up
-    # profiling run (a 256 x 2,048-token budget needs tens of GB of activations on an 8B model)
+    # profiling run (a 256 x 2,048-token budget needs tens of GB of activations on an 8B model; on
+    # the CPU smoke, a 16,384-token warm-up pass alone took 12 of its 15 minutes)
+    budget = top if args.smoke else max(top, 16384)
     llm = LLM(model=str(cfg_dir), load_format="dummy", skip_tokenizer_init=True, enable_prefix_caching=False,
-              max_model_len=top, max_num_batched_tokens=max(top, 16384),
+              max_model_len=top, max_num_batched_tokens=budget,
               max_num_seqs=max(grid["batches"]), hf_overrides=engine_overrides or None, seed=0,
               **({} if args.smoke else {"gpu_memory_utilization": 0.85}))
     print(f"measuring {args.model} ({'one-layer smoke copy' if args.smoke else 'dummy weights'}) ...", flush=True)
