@@ -139,3 +139,27 @@ def test_two_replay_workers_send_whole_sessions_in_order(runs):
     intended_ms = (live["arrival_ms"] - live["schedule_lag_ms"]).tolist()
     assert intended_ms == pytest.approx([r["timestamp"] for r in TRACE], abs=1e-3)
     assert not live["failed"].any()
+
+
+def test_the_pdd_calibration_feeds_the_pdd_twin(runs, tmp_path):
+    """The live run above also calibrated PDD's parts (the scenario's live.calibrate_engine): P -> MD
+    over the WAN, P -> RLD beside MD's pull, the busy checks and RLD/MD core sharing. `pddbench
+    fidelity` builds the PDD twin from every one of them."""
+    from pddbench.live.engine_calibration import TRANSFER_TOKENS
+
+    folder = runs[2]
+    relay = (folder / "kv_transfer_relay_calibration.csv").read_text().splitlines()
+    assert relay[0] == "tokens,kv_bytes,transfer_ms" and len(relay) == 1 + 3 * len(TRANSFER_TOKENS)
+    share = [line.split(",")[0] for line in (folder / "core_share_check.csv").read_text().splitlines()[1:]]
+    assert sorted(set(share)) == ["idle", "md_decode", "md_pull"] and len(share) == 9
+    busy = {line.split(",")[0] for line in (folder / "kv_transfer_busy_check.csv").read_text().splitlines()[1:]}
+    assert busy == {"idle", "p_busy", "d_busy", "rld_idle", "rld_busy"}
+    res = run_cli("fidelity", folder, "--out", tmp_path / "fid", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fid = json.loads((tmp_path / "fid" / "fidelity.json").read_text())
+    assert fid["twin_scenario"].endswith("sim-twin-pdd.yaml") and fid["requests_paired"] == len(TRACE)
+    link = fid["kv_link_fitted"]
+    assert {"relay", "relay_busy", "core_share", "busy"} <= set(link), link
+    # MD's pull is asked from dc-a: the request, NIXL's read and the token back cross the WAN
+    # (live-narrow-wan: 25 ms each way)
+    assert link["measured_delay_ms"] > 2 * 25, link
