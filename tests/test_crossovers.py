@@ -212,11 +212,18 @@ def test_crossovers_command_on_the_simulator(tmp_path):
             above = [a for v, a in pts if v > it["value"]]
             assert below and above and (below[-1] > 0) != (above[0] > 0), it
     assert len(data["words"]) == len(data["crossovers"])
-    # every simulation is counted to the axis (or stage) that asked for it: the price and the load
-    # simulate no capacity search, the shipped values' climbs and the TPOT SLA's do
-    by_axis = data["settings"]["simulations_by_axis"]
-    assert sum(by_axis.values()) == data["settings"]["simulations"]
-    assert set(by_axis) == {"shipped values", "sla.tpot_ms"} and min(by_axis.values()) > 0
+    # every simulation is counted to the axis (or stage) that asked for it: the price simulates
+    # nothing, the shipped values' climbs and the TPOT SLA's search capacities, and the load
+    # simulates both best splits at each probed load (its TTFT, no capacity search)
+    settings = data["settings"]
+    by_axis = settings["simulations_by_axis"]
+    assert sum(by_axis.values()) == settings["simulations"]
+    assert set(by_axis) == {"shipped values", "sla.tpot_ms", "offered_load_fraction"} and min(by_axis.values()) > 0
+    load, = (i for i in data["crossovers"] if i["axis"] == "offered_load_fraction")
+    assert by_axis["offered_load_fraction"] == settings["ttft_simulations"] == 2 * len(load["probes"])
+    assert settings["simulations"] == settings["capacity_probes"] + settings["neighbour_checks"] + 2 * len(load["probes"])
+    # the estimate before work counts them too, from above
+    assert cx.estimated_ttft_simulations(["sla.tpot_ms", "offered_load_fraction"], 2) >= settings["ttft_simulations"]
 
 
 def test_ctrl_c_keeps_the_axes_already_searched(tmp_path):

@@ -41,6 +41,7 @@ class Climber:
         self.probes = 0
         self.warm = 0
         self.checks = 0  # neighbour checks (one simulation each)
+        self.ttft_runs = 0  # simulations of both best splits at one load, for a TTFT claim (no capacity search)
         self._owner: dict[Job, str] = {}  # which axis (or stage) first asked for a job's climb
         self._by_owner: dict[str, int] = {}  # simulations per owner
 
@@ -56,9 +57,15 @@ class Climber:
         for job in jobs:
             self._owner.setdefault(self.canon(job), owner)
 
-    def _count(self, job: Job, simulations: int) -> None:
-        owner = self._owner.get(job, "other")
+    def _count(self, job: Job, simulations: int, owner: str | None = None) -> None:
+        owner = owner or self._owner.get(job, "other")
         self._by_owner[owner] = self._by_owner.get(owner, 0) + simulations
+
+    def count_ttft_runs(self, jobs: list[Job], owner: str | None = None) -> None:
+        """One simulation per job at a load (a TTFT claim), counted to `owner`, else to the job's."""
+        self.ttft_runs += len(jobs)
+        for job in jobs:
+            self._count(self.canon(job), 1, owner)
 
     def counted(self) -> dict:
         """effort() and the simulations per owner (sums to its simulations): crossovers.json's
@@ -69,7 +76,7 @@ class Climber:
         """What the climber has simulated so far (crossovers.json's settings)."""
         return {"capacity_searches": self.searches, "capacity_probes": self.probes,
                 "warm_started_searches": self.warm, "neighbour_checks": self.checks,
-                "simulations": self.probes + self.checks}
+                "ttft_simulations": self.ttft_runs, "simulations": self.probes + self.checks + self.ttft_runs}
 
     def canon(self, job: Job) -> Job:
         """The first job seen whose scenario is this one's (e.g. `model=` the shipped model, or a
@@ -508,9 +515,11 @@ class _ModelAxis:
         return out
 
 
-def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, fractions: list[float]) -> list[float | None]:
+def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, fractions: list[float],
+                  owner: str | None = None) -> list[float | None]:
     """PDD's mean-TTFT change against same-DC PD's (%, negative: PDD faster) at loads that are
-    `fractions` of `smaller` req/s, each deployment on its job's split `at[d]`."""
+    `fractions` of `smaller` req/s, each deployment on its job's split `at[d]`; its simulations are
+    counted to `owner`, else to the jobs' owner (Climber.count_ttft_runs)."""
     if not smaller:
         return [None for _ in fractions]
     payloads = []
@@ -521,6 +530,7 @@ def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, f
             sc.workload.rate_scale = rate_scale_for(f * smaller, cl.offered_rps(d))
             payloads.append(_payload(sc, "simulate", cl.cfg))
     s = results_in_order(cl.ex, payloads, "summary", lambda i: f"TTFT at load fraction {fractions[i // 2]:g}")
+    cl.count_ttft_runs([at[d][0] for _ in fractions for d in cx.DEPLOYMENTS], owner)
     return [change(s[2 * i + 1]["ttft_ms"]["mean"], s[2 * i]["ttft_ms"]["mean"]) for i in range(len(fractions))]
 
 
@@ -536,7 +546,7 @@ def _load_crossover(cl: Climber, best_at: dict, steps: int, fixed: str) -> dict:
     def advantage(fractions: list[float]) -> list[float | None]:
         at = {d: ((d, ()), best_at[d][0]) for d in cx.DEPLOYMENTS}
         # positive: PDD's TTFT lower, the article's way
-        return [None if ch is None else -ch for ch in _ttft_changes(cl, at, smaller, fractions)]
+        return [None if ch is None else -ch for ch in _ttft_changes(cl, at, smaller, fractions, cx.LOAD_AXIS)]
 
     found = cx.bisect(advantage, *cx.LOAD_RANGE, steps, False)
     return cx.entry("ttft_change_common", cx.LOAD_AXIS, found, cx.LOAD_RANGE,
@@ -588,8 +598,8 @@ def run_crossovers(axes_text: str, steps: int, requests: int, iterations: int, j
                 keep(result)
                 result["frontier"] = frontier(ex, cfg, *front_axes, cx.frontier_values(front_axes[1], frontier_points),
                                               steps, requests, iterations, say, climber=cl)
-        result["settings"].update(cl.counted(), estimated_capacity_searches=n,
-                                  estimated_simulations=n * (warm_probes(iterations) + cx.CHECKS_PER_SEARCH))
+        result["settings"].update(cl.counted(), estimated_capacity_searches=n, estimated_simulations=(
+            n * (warm_probes(iterations) + cx.CHECKS_PER_SEARCH) + cx.estimated_ttft_simulations(axes, steps)))
         result.update(complete=True, interrupted=False)
         result["words"] = cx.words(result["crossovers"])
         if front_axes:

@@ -276,6 +276,16 @@ def parse_axes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def estimated_ttft_simulations(axes: list[str], steps: int) -> int:
+    """The simulations of both best splits at one load that the TTFT claims add (no capacity
+    search): the load axis's bisection, and per model its TTFT at the shipped line and at each
+    probe of its line-rate TTFT bisection (crossover_search._ttft_changes)."""
+    n = 2 * (2 + steps) if LOAD_AXIS in axes else 0
+    if MODEL_AXIS in axes:
+        n += len(axis_models()) * 2 * (1 + 2 + steps)
+    return n
+
+
 CHECKS_PER_SEARCH = 1  # a climb's neighbour checks that fail (one simulation each) per capacity search, typical
 # (make run: 151 checks for 125 searches; a check that holds is the first probe of its search)
 
