@@ -236,7 +236,7 @@ def crossovers_cmd(
     crossovers.md. Every axis's bisections run side by side, each capacity search warm-started from
     the nearest probes and each neighbouring split checked with one simulation that is the first
     probe of its search (README: "How the search reuses what it measured"): every axis at --steps 3
-    -j 2 took ~4 min on a 2-core host (make run's crossovers: 915 capacity-search simulations); crossovers.json's
+    -j 2 took ~4 min on a 2-core host (make run's crossovers: 915 capacity probes and neighbour checks); crossovers.json's
     settings count the searches and simulations done against the estimate."""
     from pddbench.reproduce.crossover_search import run_crossovers
 

@@ -223,7 +223,11 @@ def test_crossovers_command_on_the_simulator(tmp_path):
     assert by_axis["offered_load_fraction"] == settings["ttft_simulations"] == 2 * len(load["probes"])
     assert settings["simulations"] == settings["capacity_probes"] + settings["neighbour_checks"] + 2 * len(load["probes"])
     # the estimate before work counts them too, from above
-    assert cx.estimated_ttft_simulations(["sla.tpot_ms", "offered_load_fraction"], 2) >= settings["ttft_simulations"]
+    from pddbench.core.limits import warm_probes
+
+    searches = settings["estimated_capacity_searches"] * (warm_probes(2) + cx.CHECKS_PER_SEARCH)
+    assert settings["estimated_simulations"] - searches == cx.estimated_ttft_simulations(
+        ["sla.tpot_ms", "offered_load_fraction"], 2) >= settings["ttft_simulations"]
 
 
 def test_ctrl_c_keeps_the_axes_already_searched(tmp_path):

@@ -161,5 +161,6 @@ def test_the_pdd_calibration_feeds_the_pdd_twin(runs, tmp_path):
     link = fid["kv_link_fitted"]
     assert {"relay", "relay_busy", "core_share", "busy"} <= set(link), link
     # MD's pull is asked from dc-a: the request, NIXL's read and the token back cross the WAN
-    # (live-narrow-wan: 25 ms each way)
-    assert link["measured_delay_ms"] > 2 * 25, link
+    # (live-narrow-wan: 25 ms each way), four crossings at least
+    wan = [float(line.split(",")[2]) for line in (folder / "kv_transfer_calibration.csv").read_text().splitlines()[1:]]
+    assert len(wan) == 3 * len(TRANSFER_TOKENS) and min(wan) > 2 * 25, wan

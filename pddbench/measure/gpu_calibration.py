@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     top = max(grid["prefill"]) + 2 * max(grid["contexts"]) + grid["steps"] + 64
     # the step budget holds the longest prompt in one step; wider would only grow vLLM's start-up
     # profiling run (a 256 x 2,048-token budget needs tens of GB of activations on an 8B model; on
-    # the CPU smoke, a 16,384-token warm-up pass alone took 12 of its 15 minutes)
+    # the CPU smoke, vLLM's start-up warm-up (its profile run at the step budget) took 12 of its 15
+    # minutes at 16,384 tokens on an AVX2 host)
     budget = top if args.smoke else max(top, 16384)
     llm = LLM(model=str(cfg_dir), load_format="dummy", skip_tokenizer_init=True, enable_prefix_caching=False,
               max_model_len=top, max_num_batched_tokens=budget,

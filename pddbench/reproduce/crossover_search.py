@@ -61,8 +61,9 @@ class Climber:
         owner = owner or self._owner.get(job, "other")
         self._by_owner[owner] = self._by_owner.get(owner, 0) + simulations
 
-    def count_ttft_runs(self, jobs: list[Job], owner: str | None = None) -> None:
-        """One simulation per job at a load (a TTFT claim), counted to `owner`, else to the job's."""
+    def count_ttft_runs(self, jobs: list[Job], owner: str) -> None:
+        """One simulation per job at a load (a TTFT claim), counted to `owner`: never cached, so
+        each is the asking axis's own, even where another axis first asked for the job's climb."""
         self.ttft_runs += len(jobs)
         for job in jobs:
             self._count(self.canon(job), 1, owner)
@@ -338,7 +339,7 @@ class AxisSearch:
             return _advantage(self.claim, best["pdd"][1], best["same-dc-pd"][1])
         at = {d: (self.job_at(d, v), best[d][0]) for d in cx.DEPLOYMENTS}
         smaller = min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS)
-        ch = _ttft_changes(self.cl, at, smaller, [cx.MODEL_LOAD_FRACTION])[0]
+        ch = _ttft_changes(self.cl, at, smaller, [cx.MODEL_LOAD_FRACTION], self.owner)[0]
         return None if ch is None else -ch  # positive: PDD faster, the article's way
 
 
@@ -486,7 +487,7 @@ class _ModelAxis:
             self.thr[m] = _advantage("throughput_change_best", best["pdd"][1], best["same-dc-pd"][1])
             self.ttft[m] = _ttft_changes(cl, {d: (jobs[m][d], best[d][0]) for d in cx.DEPLOYMENTS},
                                          min(best[d][1]["throughput_within_sla_rps"] for d in cx.DEPLOYMENTS),
-                                         [cx.MODEL_LOAD_FRACTION])[0]
+                                         [cx.MODEL_LOAD_FRACTION], cx.MODEL_AXIS)[0]
             splits: dict = {}  # line rate -> best split index per deployment, shared by the model's two searches
             begin = {d: best[d][0] for d in cx.DEPLOYMENTS}
             self.rate[m] = AxisSearch(cl, axis, "throughput_change_best", steps, begin, splits, say,
@@ -516,10 +517,10 @@ class _ModelAxis:
 
 
 def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, fractions: list[float],
-                  owner: str | None = None) -> list[float | None]:
+                  owner: str) -> list[float | None]:
     """PDD's mean-TTFT change against same-DC PD's (%, negative: PDD faster) at loads that are
     `fractions` of `smaller` req/s, each deployment on its job's split `at[d]`; its simulations are
-    counted to `owner`, else to the jobs' owner (Climber.count_ttft_runs)."""
+    counted to `owner` (Climber.count_ttft_runs)."""
     if not smaller:
         return [None for _ in fractions]
     payloads = []
