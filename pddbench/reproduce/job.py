@@ -379,8 +379,8 @@ def reproduce(results_root: Path, jobs: int | None = None, full: bool = False, r
         sim.walls["prfaas (wall, beside)"] = prfaas_beside.wall_s
     done = crossing["settings"]
     console.print(f"  crossovers: {done['capacity_searches']} capacity searches ({done['warm_started_searches']} "
-                  f"warm-started, {done['capacity_probes']} probes) and {done['neighbour_checks']} neighbour checks "
-                  f"in {sim.walls['crossovers (wall)']:.0f} s", highlight=False)
+                  f"warm-started, {done['capacity_probes']} probes), {done['neighbour_checks']} neighbour checks and "
+                  f"{done['ttft_simulations']} TTFT simulations in {sim.walls['crossovers (wall)']:.0f} s", highlight=False)
     write_json(out / "crossovers" / "crossovers.json", crossing)
     results, plan, regime_load, loads = sim.results, sim.plan, sim.regime_load, sim.loads
     s = {n: [results[("run", n, k)]["summary"] for k in range(cfg.seeds)] for n in [*VARIANTS, *plan]}
