@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -41,6 +43,15 @@ def pytest_collection_modifyitems(config, items):
         module = item.module.__name__.rsplit(".", 1)[-1]
         if module in MACHINE_WIDE or f"{module}::{item.originalname}" in MACHINE_WIDE:
             item.add_marker(pytest.mark.machine_wide)
+
+
+def ray_test_env() -> dict[str, str]:
+    """The environment of a test's Ray cluster. Token auth on every node alike, with the cluster's
+    own token: once ~/.ray/auth_token exists (any earlier `ray start` made it) a head enables it
+    and a worker without RAY_AUTH_MODE=token cannot join, and on a fresh machine (no such file)
+    `ray start` in token mode refuses to start."""
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ no engine, actor or Ray process is left."""
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 from netem.topology import DC_A, DC_B
 from pddbench.live.engines import ENGINE_MARK, vllm_available
 from pddbench.live.net import free_port
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, ray_test_env, run_cli
 
 pytestmark = [
     pytest.mark.root,
@@ -66,11 +65,7 @@ def cluster():
     if _ray_processes():
         pytest.skip("another Ray runtime runs on this machine")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    # token auth on every node alike, with the cluster's own token: once ~/.ray/auth_token exists
-    # (any earlier `ray start` made it) a head enables it and a worker without RAY_AUTH_MODE=token
-    # cannot join, and on a fresh machine (no such file) `ray start` in token mode refuses to start
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = ray_test_env()
     gcs = free_port()
     up = run_cli("netem", "up", "live-narrow-wan", timeout=120)
     assert up.returncode == 0, up.stderr[-2000:]

@@ -6,7 +6,6 @@ applied; afterwards neither host keeps a qdisc, rule or delay line of ours."""
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 
 from pddbench.live.engines import vllm_available
 from pddbench.live.net import free_port
-from tests.conftest import REPO
+from tests.conftest import REPO, ray_test_env
 
 pytestmark = [
     pytest.mark.root,
@@ -45,11 +44,7 @@ def hosts():
     if _ray_processes():
         pytest.skip("another Ray runtime runs on this machine")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    # token auth on every node alike, with the cluster's own token: once ~/.ray/auth_token exists
-    # (any earlier `ray start` made it) a head enables it and a worker without RAY_AUTH_MODE=token
-    # cannot join, and on a fresh machine (no such file) `ray start` in token mode refuses to start
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = ray_test_env()
     a, b = f"rwa-{os.getpid()}", f"rwb-{os.getpid()}"
     gcs = free_port()
     for n in (a, b):

@@ -145,14 +145,16 @@ def test_the_pdd_calibration_feeds_the_pdd_twin(runs, tmp_path):
     """The live run above also calibrated PDD's parts (the scenario's live.calibrate_engine): P -> MD
     over the WAN, P -> RLD beside MD's pull, the busy checks and RLD/MD core sharing. `pddbench
     fidelity` builds the PDD twin from every one of them."""
+    from pddbench.core.loading import read_number_table
     from pddbench.live.engine_calibration import TRANSFER_TOKENS
 
     folder = runs[2]
-    relay = (folder / "kv_transfer_relay_calibration.csv").read_text().splitlines()
-    assert relay[0] == "tokens,kv_bytes,transfer_ms" and len(relay) == 1 + 3 * len(TRANSFER_TOKENS)
-    share = [line.split(",")[0] for line in (folder / "core_share_check.csv").read_text().splitlines()[1:]]
+    table = lambda name, label=None: read_number_table(folder / name, "calibration", label)
+    relay = table("kv_transfer_relay_calibration.csv")
+    assert len(relay) == 3 * len(TRANSFER_TOKENS) and set(relay[0]) == {"tokens", "kv_bytes", "transfer_ms"}
+    share = [r["state"] for r in table("core_share_check.csv", "state")]
     assert sorted(set(share)) == ["idle", "md_decode", "md_pull"] and len(share) == 9
-    busy = {line.split(",")[0] for line in (folder / "kv_transfer_busy_check.csv").read_text().splitlines()[1:]}
+    busy = {r["state"] for r in table("kv_transfer_busy_check.csv", "state")}
     assert busy == {"idle", "p_busy", "d_busy", "rld_idle", "rld_busy"}
     res = run_cli("fidelity", folder, "--out", tmp_path / "fid", timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -162,5 +164,5 @@ def test_the_pdd_calibration_feeds_the_pdd_twin(runs, tmp_path):
     assert {"relay", "relay_busy", "core_share", "busy"} <= set(link), link
     # MD's pull is asked from dc-a: the request, NIXL's read and the token back cross the WAN
     # (live-narrow-wan: 25 ms each way), four crossings at least
-    wan = [float(line.split(",")[2]) for line in (folder / "kv_transfer_calibration.csv").read_text().splitlines()[1:]]
+    wan = [r["transfer_ms"] for r in table("kv_transfer_calibration.csv")]
     assert len(wan) == 3 * len(TRANSFER_TOKENS) and min(wan) > 2 * 25, wan

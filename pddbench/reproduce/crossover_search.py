@@ -57,16 +57,17 @@ class Climber:
         for job in jobs:
             self._owner.setdefault(self.canon(job), owner)
 
-    def _count(self, job: Job, simulations: int, owner: str | None = None) -> None:
-        owner = owner or self._owner.get(job, "other")
+    def _count(self, job: Job, simulations: int) -> None:
+        self._tally(self._owner.get(job, "other"), simulations)
+
+    def _tally(self, owner: str, simulations: int) -> None:
         self._by_owner[owner] = self._by_owner.get(owner, 0) + simulations
 
-    def count_ttft_runs(self, jobs: list[Job], owner: str) -> None:
-        """One simulation per job at a load (a TTFT claim), counted to `owner`: never cached, so
-        each is the asking axis's own, even where another axis first asked for the job's climb."""
-        self.ttft_runs += len(jobs)
-        for job in jobs:
-            self._count(self.canon(job), 1, owner)
+    def count_ttft_runs(self, simulations: int, owner: str) -> None:
+        """Simulations at a load (a TTFT claim), counted to `owner`: never cached, so each is the
+        asking axis's own, even where another axis first asked for the job's climb."""
+        self.ttft_runs += simulations
+        self._tally(owner, simulations)
 
     def counted(self) -> dict:
         """effort() and the simulations per owner (sums to its simulations): crossovers.json's
@@ -531,7 +532,7 @@ def _ttft_changes(cl: Climber, at: dict[str, tuple[Job, int]], smaller: float, f
             sc.workload.rate_scale = rate_scale_for(f * smaller, cl.offered_rps(d))
             payloads.append(_payload(sc, "simulate", cl.cfg))
     s = results_in_order(cl.ex, payloads, "summary", lambda i: f"TTFT at load fraction {fractions[i // 2]:g}")
-    cl.count_ttft_runs([at[d][0] for _ in fractions for d in cx.DEPLOYMENTS], owner)
+    cl.count_ttft_runs(len(payloads), owner)
     return [change(s[2 * i + 1]["ttft_ms"]["mean"], s[2 * i]["ttft_ms"]["mean"]) for i in range(len(fractions))]
 
 
